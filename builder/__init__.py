@@ -1,0 +1,1 @@
+"""imgbuild: reproducible builds of GPU container images from a declared version matrix."""

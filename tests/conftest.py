@@ -1,0 +1,33 @@
+"""Shared helpers: the repository's own matrix.yaml, and variants of it with one thing broken."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = ROOT / "matrix.yaml"
+
+
+@pytest.fixture
+def broken_matrix(tmp_path: Path) -> Callable[[str, str], Path]:
+    """matrix.yaml with `old` replaced by `new` (exactly once), written to a temporary file."""
+
+    def make(old: str, new: str) -> Path:
+        text = MATRIX.read_text()
+        assert text.count(old) == 1, f"fixture text {old!r} must occur once in matrix.yaml"
+        path = tmp_path / "matrix.yaml"
+        path.write_text(text.replace(old, new))
+        return path
+
+    return make
+
+
+def imgbuild(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI entry point as a user would."""
+    return subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
