@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from . import matrix as m
-from . import matrix_view
+from . import matrix_view, render
 from .errors import CheckFailed, UserError
 from .select import Filters, select, select_cells
 
@@ -63,6 +63,35 @@ def matrix_cmd(
     else:
         hint = "" if all_ or variant else "defaults filled the axes you left out; --all lists every match"
         matrix_view.table(variants, hint)
+
+
+@app.command("render")
+def render_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    check: Annotated[bool, typer.Option("--check", help="change nothing; exit 1 if images/ is not current")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="where the contexts go [default: images/]")] = None,
+) -> None:
+    """Render the selected variants' build contexts (Dockerfile and files) into images/<variant>/."""
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    filters = _filters(os, cuda, pytorch, flavor, variant, all_)
+    variants = select(res, filters)
+    project = render.Project.for_matrix(path)
+    target = out or project.images
+    whole = all_ and filters == Filters(all=True)
+    expected = render.render_all(variants, project)
+    if check:
+        drift = render.compare(expected, target, whole)
+        if drift:
+            raise CheckFailed(f"{target} is not current with {path} and templates/; run `imgbuild render --all`:\n"
+                              + drift.report())
+        typer.echo(f"{len(variants)} contexts in {target} are current")
+        return
+    drift = render.write(expected, target, whole)
+    changed = len(drift.stale) + len(drift.missing) + len(drift.extra)
+    typer.echo(f"rendered {len(variants)} contexts into {target}: {len(drift.missing)} files added, "
+               f"{len(drift.stale)} updated, {len(drift.extra)} removed ({changed} changed)")
 
 
 def main() -> None:

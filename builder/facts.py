@@ -105,6 +105,7 @@ class Facts:
     wheels: dict[str, WheelFacts]
     pytorch: dict[str, TorchFacts]
     excludes: tuple[Exclude, ...]
+    flavor_pins: dict[str, tuple[tuple[str, str], ...]]
 
     def axis(self, name: str) -> tuple[str, ...]:
         return dict(self.axes)[name]
@@ -115,7 +116,7 @@ def parse(path: Path) -> Facts:
     root = load(path)
     top = root.mapping()
     required = {"schema", "image", "source_date_epoch", "defaults", "axes", "os", "cuda", "wheels", "pytorch"}
-    known = required | {"excludes"}
+    known = required | {"excludes", "flavors"}
     root.mapping(required, known | {k for k in top if k.startswith("x-")})  # x-*: YAML anchors, comments
     if top["schema"].integer() != 1:
         raise top["schema"].error("unsupported schema version; this imgbuild reads schema 1")
@@ -147,6 +148,7 @@ def parse(path: Path) -> Facts:
         wheels=wheels,
         pytorch=torch,
         excludes=tuple(_exclude(node) for node in top["excludes"].seq()) if "excludes" in top else (),
+        flavor_pins=_flavor_pins(top["flavors"]) if "flavors" in top else {},
     )
     _check_references(facts, top)
     return facts
@@ -251,6 +253,13 @@ def _torch(version: str, node: Node) -> TorchFacts:
         min_glibc=m["min_glibc"].text(p.CUDA_LINE, "glibc version (X.Y)"),
         cuda=tuple(cells),
     )
+
+
+def _flavor_pins(node: Node) -> dict[str, tuple[tuple[str, str], ...]]:
+    pins = {}
+    for flavor, packages in node.mapping(frozenset(), set(FLAVORS)).items():
+        pins[flavor] = tuple((pkg, v.text(p.VERSION, "version")) for pkg, v in packages.keyed(p.PACKAGE, "package"))
+    return pins
 
 
 def _exclude(node: Node) -> Exclude:

@@ -113,6 +113,13 @@ def _ruled_out(facts: f.Facts, os_name: str, line: str, version: str, flavor: st
                 f"{torch.min_glibc.replace('.', '_')} needs")
     if flavor == "devel" and os_name not in dict(facts.cuda[line].devel):
         return f"NVIDIA publishes no nvidia/cuda:{facts.cuda[line].toolkit}-devel image for {os_name}"
+    if flavor == "jupyter":
+        # The jupyter image is the runtime image plus JupyterLab: it exists only where the runtime one does.
+        if "runtime" not in facts.axis("flavor"):
+            return "jupyter builds on the runtime image, and runtime is not on the flavor axis"
+        below = _ruled_out(facts, os_name, line, version, "runtime")
+        if below:
+            return f"jupyter builds on the runtime image, which is absent: {below}"
     return None
 
 
@@ -149,9 +156,14 @@ def _variant(facts: f.Facts, members: list[Cell]) -> Variant:
         base = f"{os_facts.base}@{os_facts.digest}" if os_facts.digest else os_facts.base
     spec = facts.image
     repository = f"{spec.registry}/{spec.name}" if spec.registry else spec.name
+    parent = _image_name(facts, first.os, first.cuda, first.pytorch, "runtime") if first.flavor == "jupyter" else None
     values = {"torch": first.pytorch, "cudnn_major": wheel.cudnn.split(".")[0], "os": first.os,
               "flavor": first.flavor, "python": os_facts.python, "wheel": wheel.name}
     tags = tuple(spec.tag.format(cuda=line, **values) for line in lines)
+    parent_ref = None
+    if parent is not None:
+        parent_ref = f"{repository}:{spec.tag.format(cuda=lines[-1], **{**values, 'flavor': 'runtime'})}"
+        base = parent_ref
     notes = tuple(dict.fromkeys(c.note for c in members if c.note))
     return Variant(
         name=first.image or "",
@@ -186,6 +198,9 @@ def _variant(facts: f.Facts, members: list[Cell]) -> Variant:
         source=spec.source,
         licenses=spec.licenses,
         facts_checked=wheel.checked,
+        flavor_pins=facts.flavor_pins.get(first.flavor, ()),
+        parent=parent,
+        parent_ref=parent_ref,
     )
 
 

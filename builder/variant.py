@@ -43,11 +43,18 @@ class Variant:
     source: str
     licenses: str
     facts_checked: str  # how the wheel facts were checked (wheel, 3P, ...)
+    flavor_pins: tuple[tuple[str, str], ...]  # what the flavour adds: jupyterlab, ninja
+    parent: str | None  # jupyter: the name of the runtime Variant it is built on
+    parent_ref: str | None  # jupyter: that runtime image's reference, the FROM of its final stage
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def cudnn_major(self) -> str:
         return self.cudnn.split(".")[0]
+
+    @property
+    def site_packages(self) -> str:
+        return f"/opt/venv/lib/python{self.python}/site-packages"
 
     @property
     def primary_tag(self) -> str:
