@@ -9,10 +9,12 @@ from typing import Annotated
 import typer
 
 from . import matrix as m
-from . import matrix_view, render
+from . import matrix_view, patterns, render
 from .errors import CheckFailed, UserError
 from .select import Filters, select, select_cells
 
+# The engine-side modules (docker-py and what uses it) are imported inside the commands that need them:
+# `matrix` and `render` start in a third of the time without them.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Reproducible builds of GPU container images from matrix.yaml.")
 _state = {"debug": False}
@@ -94,6 +96,151 @@ def render_cmd(
                f"{len(drift.stale)} updated, {len(drift.extra)} removed ({changed} changed)")
 
 
+base_app = typer.Typer(no_args_is_help=True, help="OS base images made without a registry.")
+app.add_typer(base_app, name="base")
+
+
+@base_app.command("bootstrap")
+def base_bootstrap_cmd(
+    os_name: Annotated[str, typer.Argument(metavar="OS", help="an OS of the matrix, e.g. debian12")],
+    mirror: Annotated[str | None, typer.Option(
+        "--mirror", help="archive URL [default: the host's apt sources]")] = None,
+    keyring: Annotated[Path | None, typer.Option("--keyring", help="archive keyring [default: the host's]")] = None,
+    include: Annotated[str, typer.Option("--include", help="extra packages, comma-separated")] = "",
+    matrix: MatrixOpt = None,
+) -> None:
+    """Make an OS base image from the distro's archive (mmdebstrap) and load it as imgbuild/base:OS."""
+    from . import base, engine
+    from . import build as b
+
+    res = m.load(m.matrix_path(matrix))
+    if os_name not in res.facts.os:
+        raise UserError(f"no OS {os_name} in {res.facts.file}; available: {', '.join(res.facts.os)}")
+    ref = b.bootstrapped_ref(os_name)
+    packages = tuple(x for x in include.split(",") if x)
+    plan = base.plan(res.facts.os[os_name], ref, mirror, keyring, packages, res.facts.source_date_epoch)
+    client = engine.connect()
+    typer.echo(f"bootstrapping {os_name} ({plan.os.suite}) from {plan.mirror} ...", err=True)
+    image_id = base.bootstrap(client, plan)
+    typer.echo(f"{ref} {image_id}")
+
+
+@app.command("build")
+def build_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="builds at a time")] = 1,
+    force: Annotated[bool, typer.Option(
+        "--force", help="rebuild even when an image with these inputs exists")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="rebuild every step (implies --force)")] = False,
+    ca_bundle: Annotated[Path | None, typer.Option(
+        "--ca-bundle", help="PEM CA bundle trusted while building (TLS-intercepting proxies); never in the image",
+        exists=True, dir_okay=False, readable=True)] = None,
+    base_mirror: Annotated[str | None, typer.Option(
+        "--base-mirror", help="registry prefix to take base images from, e.g. mirror.local:5000")] = None,
+    bootstrap_base: Annotated[bool, typer.Option(
+        "--bootstrap-base", help="bootstrap an OS base that is neither here nor pullable (needs mmdebstrap)")] = False,
+    log_dir: Annotated[Path, typer.Option("--log-dir", help="where each build's whole log goes")] = Path("logs"),
+    test: Annotated[bool, typer.Option("--test", help="then run `imgbuild test` on what was built")] = False,
+) -> None:
+    """Build the selected images through the Docker SDK and tag each with all its tags."""
+    from . import build as b
+    from . import build_view, engine
+    from .progress import reporter
+
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    variants = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
+    if base_mirror is not None and not patterns.matches(patterns.REGISTRY, base_mirror):
+        raise UserError(f"--base-mirror {base_mirror!r}: expected HOST[:PORT][/PATH]")
+    opts = b.BuildOptions(log_dir=log_dir.resolve(), force=force or no_cache, no_cache=no_cache,
+                          ca_bundle=ca_bundle.read_bytes() if ca_bundle else None, jobs=jobs,
+                          base_mirror=base_mirror, bootstrap_base=bootstrap_base)
+    client = engine.connect()
+    try:
+        with reporter() as rep:
+            results = b.build_all(client, res, variants, render.Project.for_matrix(path), opts, rep)
+    except KeyboardInterrupt:
+        typer.echo("imgbuild: interrupted: the build was cancelled and its containers removed", err=True)
+        raise typer.Exit(130) from None
+    build_view.summary(results)
+    if any(r.status == "failed" for r in results):
+        raise typer.Exit(1)
+    if test:
+        _run_tests([res.variant(r.variant).primary_ref for r in results], "auto", False, None, None)
+
+
+@app.command("test")
+def test_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    image: Annotated[list[str] | None, typer.Option("--image", help="test this image reference instead")] = None,
+    gpus: Annotated[str, typer.Option("--gpus", help="auto, all, none or a number")] = "auto",
+    require_gpu: Annotated[bool, typer.Option("--require-gpu", help="GPU skips become failures")] = False,
+    junit: Annotated[Path | None, typer.Option("--junit", help="write a JUnit XML report")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="write a JSON report")] = None,
+) -> None:
+    """Run the smoke suite and the image checks in a container of each image: PASS, FAIL or SKIP each."""
+    if gpus not in ("auto", "all", "none") and not gpus.isdigit():
+        raise UserError(f"--gpus {gpus!r}: expected auto, all, none or a number")
+    if image:
+        refs = list(image)
+    else:
+        res = m.load(m.matrix_path(matrix))
+        chosen = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
+        refs = [v.primary_ref for v in chosen]
+    _run_tests(refs, gpus, require_gpu, junit, json_file)
+
+
+def _run_tests(refs: list[str], gpus: str, require_gpu: bool, junit: Path | None, json_file: Path | None) -> None:
+    from . import engine, smoke
+
+    client = engine.connect()
+    reports, header = [], ""
+    try:
+        for ref in refs:
+            header, report = smoke.test_image(client, ref, gpus, require_gpu)
+            reports.append(report)
+    except KeyboardInterrupt:
+        removed = smoke.remove_test_containers(client)
+        typer.echo(f"imgbuild: interrupted: removed {removed} test containers", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(smoke.text(header, reports))
+    if junit:
+        smoke.write_junit(junit, reports)
+    if json_file:
+        smoke.write_json(json_file, header, reports)
+    if any(r.failed for r in reports):
+        raise typer.Exit(1)
+
+
+@app.command("doctor")
+def doctor_cmd(matrix: MatrixOpt = None) -> None:
+    """Check the engine, disk, NVIDIA runtime, GPUs and drivers against the matrix: one line each."""
+    from . import doctor
+
+    found = doctor.checks(m.load(m.matrix_path(matrix)).facts)
+    for check in found:
+        typer.echo(check.line())
+    if any(c.status == "FAIL" for c in found):
+        raise typer.Exit(1)
+
+
+@app.command("prune")
+def prune_cmd(
+    bases: Annotated[bool, typer.Option("--bases", help="also bootstrapped base images")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would go")] = False,
+) -> None:
+    """Remove the images (and their build cache) imgbuild made, found by label."""
+    from . import engine, prune
+
+    names, freed = prune.prune(engine.connect(), bases, dry_run)
+    for name in names:
+        typer.echo(("would remove " if dry_run else "removed ") + name)
+    if not dry_run:
+        typer.echo(f"freed {freed / 1e9:.2f} GB ({len(names)} images)")
+
+
 def main() -> None:
     """Entry point: one-line errors with exit code 2 (1 for failed checks) unless --debug.
 
@@ -106,3 +253,10 @@ def main() -> None:
             raise
         print(f"imgbuild: error: {exc}" if isinstance(exc, UserError) else str(exc), file=sys.stderr)
         sys.exit(exc.exit_code)
+    except Exception as exc:  # a bug, or an engine failure nothing above expected
+        if _state["debug"]:
+            raise
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        print(f"imgbuild: internal error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        sys.exit(70)

@@ -61,6 +61,10 @@ class Variant:
         """The tag of the newest CUDA line the image serves: its canonical name."""
         return self.tags[-1]
 
+    @property
+    def primary_ref(self) -> str:
+        return f"{self.repository}:{self.primary_tag}"
+
     def refs(self) -> tuple[str, ...]:
         """Every repository:tag this image gets, aliases last."""
         return tuple(f"{self.repository}:{t}" for t in (*self.tags, *self.aliases))

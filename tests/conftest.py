@@ -27,7 +27,7 @@ def broken_matrix(tmp_path: Path) -> Callable[[str, str], Path]:
     return make
 
 
-def imgbuild(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI entry point as a user would."""
+def imgbuild(*args: str, cwd: Path = ROOT, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI entry point as a user would (torch builds need a longer timeout)."""
     return subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)

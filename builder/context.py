@@ -1,0 +1,67 @@
+"""A rendered build context as the engine receives it, and the hash of a build's inputs.
+
+The tar is deterministic (sorted, fixed owner and times), so files the Dockerfile COPYs land in layers with
+the same bytes on every machine; the hash decides whether a build is needed at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CA_NAME = "ca-bundle.pem"  # the Dockerfile's `COPY ... ca-bundle.pe[m]` picks it up when present
+HASH_LABEL = "io.imgbuild.build-hash"
+_SCHEME = b"imgbuild build-hash v1\n"
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """What decides an image: the context's files, the base image's ID, and the build arguments."""
+
+    files: tuple[tuple[str, int, bytes], ...]  # (path, mode, content), sorted
+    base_id: str
+    buildargs: tuple[tuple[str, str], ...]
+
+    def digest(self) -> str:
+        h = hashlib.sha256(_SCHEME)
+        h.update(f"base {self.base_id}\n".encode())
+        for key, value in self.buildargs:
+            h.update(f"arg {key}={value}\n".encode())
+        for path, mode, content in self.files:
+            h.update(f"file {path} {mode:o} {len(content)}\n".encode())
+            h.update(content)
+        return "sha256:" + h.hexdigest()
+
+
+def read_context(directory: Path) -> tuple[tuple[str, int, bytes], ...]:
+    if not (directory / "Dockerfile").is_file():
+        raise FileNotFoundError(directory / "Dockerfile")
+    files = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        if "__pycache__" in path.parts:
+            continue
+        mode = 0o755 if path.stat().st_mode & 0o100 else 0o644
+        files.append((str(path.relative_to(directory)), mode, path.read_bytes()))
+    return tuple(files)
+
+
+def context_tar(files: tuple[tuple[str, int, bytes], ...], epoch: int, ca_bundle: bytes | None) -> bytes:
+    """The context as an uncompressed tar. The CA bundle, when given, joins it here and nowhere else: it is
+    not part of the build-input hash, since it never reaches the image."""
+    entries = list(files)
+    if ca_bundle is not None:
+        entries.append((CA_NAME, 0o644, ca_bundle))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name in sorted({str(Path(p).parent) for p, _, _ in entries} - {"."}):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, epoch
+            tar.addfile(info)
+        for path, mode, content in sorted(entries):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.mtime = len(content), mode, epoch
+            tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()

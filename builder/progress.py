@@ -1,0 +1,76 @@
+"""Progress of long builds: rich on a terminal, plain lines in CI and logs."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+
+
+class Reporter:
+    """Plain lines: one per step, prefixed with the variant, with the elapsed time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._start: dict[str, float] = {}
+
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        return None
+
+    def elapsed(self, name: str) -> float:
+        return time.monotonic() - self._start.get(name, time.monotonic())
+
+    def begin(self, name: str, what: str) -> None:
+        self._start[name] = time.monotonic()
+        self.say(name, what)
+
+    def step(self, name: str, k: int, n: int, instruction: str) -> None:
+        self.say(name, f"step {k}/{n}: {instruction[:100]}")
+
+    def say(self, name: str, text: str) -> None:
+        with self._lock:
+            print(f"[{name}] {self.elapsed(name):6.1f}s {text}", file=sys.stderr, flush=True)
+
+
+class RichReporter(Reporter):
+    """One live line per variant: step k of n, the current instruction, elapsed time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[name]}"),
+                                  TextColumn("{task.description}"), TimeElapsedColumn(),
+                                  console=Console(stderr=True), transient=False)
+        self._tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> RichReporter:
+        self._progress.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._progress.stop()
+
+    def begin(self, name: str, what: str) -> None:
+        self._start[name] = time.monotonic()
+        self._tasks[name] = self._progress.add_task(what, name=name, total=None)
+
+    def step(self, name: str, k: int, n: int, instruction: str) -> None:
+        self._progress.update(self._tasks[name], description=f"step {k}/{n}: {instruction[:80]}")
+
+    def say(self, name: str, text: str) -> None:
+        if name in self._tasks:
+            self._progress.update(self._tasks[name], description=text)
+        else:
+            self._progress.console.print(f"[{name}] {text}", highlight=False)
+
+
+def reporter() -> Reporter:
+    return RichReporter() if sys.stderr.isatty() else Reporter()

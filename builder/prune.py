@@ -1,0 +1,34 @@
+"""`imgbuild prune`: remove the images imgbuild made, found by their labels, and say how much that freed."""
+
+from __future__ import annotations
+
+import docker
+import docker.errors
+
+VARIANT_LABEL = "io.imgbuild.variant"
+STAGE_LABEL = "io.imgbuild.stage"  # build stages the classic builder leaves behind as untagged images
+BASE_LABEL = "io.imgbuild.base"
+
+
+def layers_size(client: docker.DockerClient) -> int:
+    return int(client.df().get("LayersSize") or 0)
+
+
+def prune(client: docker.DockerClient, bases: bool, dry_run: bool) -> tuple[list[str], int]:
+    """Remove every image labelled as a variant or a build stage (and bootstrapped bases with `bases`).
+    Removing an image also removes its untagged parents, the classic builder's cache. Returns the refs
+    removed and the bytes freed."""
+    labels = [VARIANT_LABEL, STAGE_LABEL, BASE_LABEL] if bases else [VARIANT_LABEL, STAGE_LABEL]
+    images = {str(i.id): i for label in labels for i in client.images.list(filters={"label": label})}
+    # Children first: a jupyter image sits on its runtime image.
+    ordered = sorted(images.values(), key=lambda i: len(i.history()), reverse=True)
+    names = [", ".join(i.tags) or str(i.id)[:19] for i in ordered]
+    if dry_run:
+        return names, 0
+    before = layers_size(client)
+    for image in ordered:
+        try:
+            client.images.remove(str(image.id), force=True)
+        except docker.errors.ImageNotFound:
+            continue
+    return names, max(0, before - layers_size(client))

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Make sure this host can build images: a Docker engine that answers, and mmdebstrap for bases made without a
+# registry. As root on Debian/Ubuntu it installs and starts what is missing, saying what it does; elsewhere
+# it says how. (imgbuild itself never installs system software; this script is the Makefile's set-up.)
+set -euo pipefail
+say() { echo "host-setup: $*" >&2; }
+can_install() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+apt_install() {
+    say "installing $* with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+engine_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
+
+if ! command -v mmdebstrap >/dev/null 2>&1; then
+    if can_install; then apt_install mmdebstrap; else say "mmdebstrap is missing (needed only where no registry answers): apt-get install mmdebstrap"; fi
+fi
+
+if engine_answers; then
+    exit 0
+fi
+if [ -n "${DOCKER_HOST:-}" ]; then
+    say "no Docker engine answers at DOCKER_HOST=$DOCKER_HOST; start it, or unset DOCKER_HOST"
+    exit 2
+fi
+if ! can_install; then
+    say "no Docker engine answers: install Docker Engine (https://docs.docker.com/engine/install/) and start it"
+    exit 2
+fi
+if ! command -v dockerd >/dev/null 2>&1; then
+    apt_install docker.io
+fi
+if command -v systemctl >/dev/null 2>&1 && systemctl is-system-running >/dev/null 2>&1; then
+    say "starting the engine with systemctl"
+    systemctl start docker
+else
+    log=/var/log/imgbuild-dockerd.log
+    say "starting dockerd in the background (no systemd here); log: $log"
+    setsid nohup dockerd >"$log" 2>&1 < /dev/null &
+fi
+for _ in $(seq 60); do
+    if engine_answers; then
+        say "engine ready: $(docker version --format 'Docker {{.Server.Version}}, API {{.Server.APIVersion}}')"
+        exit 0
+    fi
+    sleep 1
+done
+say "the engine did not answer within 60 s; see its log"
+exit 1
