@@ -119,8 +119,8 @@ def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts:
 
 
 def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: render.Project,
-           opts: BuildOptions) -> tuple[BuildInputs, str]:
-    """The build's inputs and the base reference it will use; refuses a context that is not current."""
+           opts: BuildOptions) -> BuildInputs:
+    """The build's inputs, the base reference among its arguments; refuses a context that is not current."""
     directory = project.images / v.name
     drift = render.compare({v.name: render.context(v, project)}, project.images, whole=False)
     if drift:
@@ -128,7 +128,7 @@ def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: re
                         f"({(drift.stale + drift.missing + drift.extra)[0]}...); run `imgbuild render --all`")
     base_ref, base_id = resolve_base(client, res, v, opts)
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
-    return BuildInputs(read_context(directory), base_id, ((arg, base_ref),)), base_ref
+    return BuildInputs(read_context(directory), base_id, ((arg, base_ref),))
 
 
 def up_to_date(client: docker.DockerClient, digest: str) -> str | None:
@@ -147,7 +147,7 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
               opts: BuildOptions, rep: Reporter) -> BuildResult:
     start = time.monotonic()
     rep.begin(v.name, "resolving inputs")
-    build_inputs, _ = inputs(client, res, v, project, opts)
+    build_inputs = inputs(client, res, v, project, opts)
     digest = build_inputs.digest()
     existing = None if (opts.force or opts.no_cache) else up_to_date(client, digest)
     if existing:
