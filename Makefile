@@ -26,7 +26,7 @@ BUILD_FLAGS ?=
 run: setup engine
 	$(BIN)/imgbuild matrix
 	$(BIN)/imgbuild build --bootstrap-base $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE)) $(BUILD_FLAGS)
-	docker run --rm "$$($(BIN)/imgbuild matrix --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["refs"][-1])')" gpu-check
+	docker run --rm "$$($(BIN)/imgbuild matrix --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["primary_ref"])')" gpu-check
 
 engine:
 	scripts/host-setup.sh

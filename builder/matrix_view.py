@@ -21,6 +21,7 @@ def as_json(variants: list[Variant]) -> str:
         data["nvidia_pins"] = dict(v.nvidia_pins)
         data.pop("extra_labels")
         data["refs"] = list(v.refs())
+        data["primary_ref"] = v.primary_ref
         data["labels"] = v.labels()
         return data
     return json.dumps([one(v) for v in variants], indent=2)
