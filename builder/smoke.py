@@ -81,35 +81,32 @@ def gpu_request(client: docker.DockerClient, image: str, gpus: str) -> tuple[lis
 
 
 def run_container(client: docker.DockerClient, image: str, command: list[str], timeout_s: int,
-                  **kwargs: Any) -> tuple[int, str, Any]:
-    """Run a command in a fresh container of the image; always removes it. Returns (exit code, logs, the
-    container object for reading files before removal is done by the caller's `finally`)."""
+                  **kwargs: Any) -> tuple[int, str]:
+    """Run a command in a fresh container of the image and remove it, whatever happens; returns the exit
+    code (124 when it outran timeout_s) and the logs."""
     container = client.containers.run(image, command, detach=True, labels={TEST_LABEL: "1"}, **kwargs)
     try:
         try:
-            status = container.wait(timeout=timeout_s)
-            code = int(status.get("StatusCode", -1))
+            code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
         except Exception:  # the wait timed out: a hung check
             container.kill()
             code = 124
-        return code, container.logs().decode(errors="replace"), container
-    except BaseException:
+        return code, container.logs().decode(errors="replace")
+    finally:
         container.remove(force=True)
-        raise
 
 
 def suite(client: docker.DockerClient, image: str, labels: dict[str, str], devices: list[DeviceRequest],
           require_gpu: bool, name: str = "suite", args: tuple[str, ...] = (), **kwargs: Any) -> list[Result]:
-    """The in-image suite, its results read back from the container."""
+    """The in-image suite; its results come back as one JSON line in the container's output."""
     n = len(devices) and (devices[0].count if devices[0].count != -1 else None)
     command = ["python", "-m", "smoke_tests", "--json", "-"]
     command += ["--require-gpu"] if require_gpu else []
     command += list(args)
     command += ["--gpus", str(n)] if isinstance(n, int) and n > 0 else []
     env = {"PYTHONPATH": "/opt/imgbuild", "IMGBUILD_EXPECT": json.dumps(expectations(labels))}
-    code, logs, container = run_container(client, image, command, SUITE_TIMEOUT_S, shm_size=SHM,
-                                          device_requests=devices or None, environment=env, **kwargs)
-    container.remove(force=True)
+    code, logs = run_container(client, image, command, SUITE_TIMEOUT_S, shm_size=SHM,
+                               device_requests=devices or None, environment=env, **kwargs)
     found = [line[len(RESULTS_MARKER):] for line in logs.splitlines() if line.startswith(RESULTS_MARKER)]
     if not found:
         tail = " | ".join(logs.strip().splitlines()[-3:])
@@ -214,8 +211,7 @@ def jupyter(client: docker.DockerClient, image: str) -> list[Result]:
                               f"health: {health}", round(time.monotonic() - start, 3)))
     finally:
         container.remove(force=True)
-    code, logs, empty = run_container(client, image, ["start-jupyter"], 60, environment={"JUPYTER_TOKEN": ""})
-    empty.remove(force=True)
+    code, logs = run_container(client, image, ["start-jupyter"], 60, environment={"JUPYTER_TOKEN": ""})
     refused = code != 0 and "would disable authentication" in logs
     results.append(Result("jupyter.empty_token_refused", "PASS" if refused else "FAIL",
                           f"exit {code}: {logs.strip().splitlines()[-1] if logs.strip() else ''}", 0.0))
