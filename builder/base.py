@@ -29,7 +29,6 @@ from .facts import OsFacts
 
 KEYRINGS = {"debian": "/usr/share/keyrings/debian-archive-keyring.gpg",
             "ubuntu": "/usr/share/keyrings/ubuntu-archive-keyring.gpg"}
-MIRROR = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%/+-]*)?")
 SOURCES = Path("/etc/apt")
 
 
@@ -67,7 +66,7 @@ def host_mirror(sources: Path = SOURCES) -> str | None:
                 if len(words) >= 3 and words[0] == "deb":
                     entries.append((words[1], [words[2]]))
     for uri, suites in entries:
-        if any("-" not in suite for suite in suites) and MIRROR.fullmatch(uri.rstrip("/")):
+        if any("-" not in suite for suite in suites) and p.MIRROR.fullmatch(uri.rstrip("/")):
             return uri.rstrip("/")
     return None
 
@@ -82,7 +81,7 @@ def plan(os_facts: OsFacts, ref: str, mirror: str | None, keyring: Path | None, 
         mirror = host_mirror()
         if mirror is None:
             raise UserError(f"no archive mirror in {SOURCES}/sources.list*; pass --mirror URL")
-    if not MIRROR.fullmatch(mirror):
+    if not p.MIRROR.fullmatch(mirror):
         raise UserError(f"--mirror {mirror!r}: expected an http(s) URL without spaces or quotes")
     keyring = keyring or Path(KEYRINGS[os_facts.family])
     if not keyring.is_file():

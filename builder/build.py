@@ -19,7 +19,7 @@ import docker.errors
 import docker.models.containers
 
 from . import base, engine, render
-from .context import HASH_LABEL, BuildInputs, context_tar, read_context
+from .context import HASH_LABEL, BuildInputs, context_tar
 from .errors import UserError
 from .matrix import Resolution
 from .progress import Reporter
@@ -120,15 +120,17 @@ def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts:
 
 def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: render.Project,
            opts: BuildOptions) -> BuildInputs:
-    """The build's inputs, the base reference among its arguments; refuses a context that is not current."""
-    directory = project.images / v.name
-    drift = render.compare({v.name: render.context(v, project)}, project.images, whole=False)
+    """The build's inputs, the base reference among its arguments; refuses a context that is not current.
+
+    Once images/<variant>/ equals what renders, the rendered files are the context: no second read."""
+    rendered = render.context(v, project)
+    drift = render.compare({v.name: rendered}, project.images, whole=False)
     if drift:
-        raise UserError(f"{directory} is not current with matrix.yaml and templates/ "
+        raise UserError(f"{project.images / v.name} is not current with matrix.yaml and templates/ "
                         f"({(drift.stale + drift.missing + drift.extra)[0]}...); run `imgbuild render --all`")
     base_ref, base_id = resolve_base(client, res, v, opts)
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
-    return BuildInputs(read_context(directory), base_id, ((arg, base_ref),))
+    return BuildInputs(tuple((f.path, f.mode, f.content) for f in rendered), base_id, ((arg, base_ref),))
 
 
 def up_to_date(client: docker.DockerClient, digest: str) -> str | None:

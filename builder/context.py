@@ -36,18 +36,6 @@ class BuildInputs:
         return "sha256:" + h.hexdigest()
 
 
-def read_context(directory: Path) -> tuple[tuple[str, int, bytes], ...]:
-    if not (directory / "Dockerfile").is_file():
-        raise FileNotFoundError(directory / "Dockerfile")
-    files = []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        if "__pycache__" in path.parts:
-            continue
-        mode = 0o755 if path.stat().st_mode & 0o100 else 0o644
-        files.append((str(path.relative_to(directory)), mode, path.read_bytes()))
-    return tuple(files)
-
-
 def context_tar(files: tuple[tuple[str, int, bytes], ...], epoch: int, ca_bundle: bytes | None) -> bytes:
     """The context as an uncompressed tar. The CA bundle, when given, joins it here and nowhere else: it is
     not part of the build-input hash, since it never reaches the image."""

@@ -29,6 +29,8 @@ REPOSITORY = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*")
 IMAGE_REF = re.compile(rf"{REPOSITORY.pattern}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?")
 DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 REGISTRY = re.compile(rf"{_DOMAIN}(?:/{_COMPONENT})*")
+# Package archives are fetched over plain HTTP too: apt checks their GPG signatures.
+MIRROR = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%/+-]*)?")
 URL = re.compile(r"https://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%/+-]*)?")
 TAG_TEMPLATE = re.compile(r"(?:[A-Za-z0-9_.-]|\{(?:torch|cuda|cudnn_major|os|flavor|python|wheel)\})+")
 
