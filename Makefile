@@ -6,8 +6,11 @@ UV_VERSION := 0.9.5
 # uv ships its own root certificates; behind a TLS-intercepting proxy it must use the system store.
 export UV_NATIVE_TLS := 1
 export UV_PROJECT_ENVIRONMENT := $(VENV)
+# Installed with their bytecode, and the package compiled too: where PYTHONDONTWRITEBYTECODE is set (these
+# machines), every command would otherwise compile ~500 modules, half a second, before doing anything.
+export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup run engine test unit quick lint render render-check golden clean
+.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro golden clean
 
 setup: $(VENV)/.installed
 
@@ -15,6 +18,7 @@ $(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(BIN)/uv sync --frozen --extra dev --quiet
+	$(BIN)/python -m compileall -q builder smoke_tests >/dev/null
 	touch $@
 
 # The host's CA bundle, trusted while building only (TLS-intercepting proxies); it never enters an image.
@@ -31,9 +35,22 @@ run: setup engine
 engine:
 	scripts/host-setup.sh
 
+## What the images workflow calls, per image: `make build BUILD_FLAGS="--variant X"`, then
+## `make push PUSH_FLAGS="--variant X --registry HOST/NAMESPACE"`.
+build: setup engine
+	$(BIN)/imgbuild build --bootstrap-base $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE)) $(BUILD_FLAGS)
+
+PUSH_FLAGS ?=
+push: setup
+	$(BIN)/imgbuild push $(PUSH_FLAGS)
+
 ## Everything CI checks: lint, rendered files up to date, then the whole suite against a real engine
 ## (one torch image is built for real: ~10 GB of disk, minutes).
-test: lint render-check engine unit
+test: lint render-check test-engine unit
+
+# The engine, plus what the push tests need: Debian's docker-registry and htpasswd.
+test-engine:
+	scripts/host-setup.sh --test
 
 unit: setup
 	$(BIN)/pytest
@@ -52,6 +69,17 @@ render: setup
 
 render-check: setup
 	$(BIN)/imgbuild render --all --check
+	$(BIN)/imgbuild lock --all --check
+
+## Re-resolve every variant's lock (uv, hashes), then render the contexts that carry them.
+lock: setup
+	$(BIN)/imgbuild lock --all; $(BIN)/imgbuild render --all
+
+## The torch-size reproducibility check (not in CI: two cold torch builds, ~15 minutes, ~15 GB): the base
+## bootstrapped anew and the default image built without cache, twice; prints "reproducible: <image id>".
+REPRO_VARIANT ?= 2.7.1-cu126-debian12-runtime
+verify-repro: setup engine
+	$(BIN)/imgbuild verify-repro $(REPRO_VARIANT) --rebootstrap $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
 ## Regenerate the golden Dockerfiles in tests/golden/ on purpose, after a reviewed template change.
 golden: setup

@@ -30,6 +30,8 @@ from .facts import OsFacts
 KEYRINGS = {"debian": "/usr/share/keyrings/debian-archive-keyring.gpg",
             "ubuntu": "/usr/share/keyrings/ubuntu-archive-keyring.gpg"}
 SOURCES = Path("/etc/apt")
+# Archive components per family: Ubuntu keeps tini (matrix.yaml's packages) in universe.
+COMPONENTS = {"debian": "main", "ubuntu": "main,universe"}
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,9 @@ def plan(os_facts: OsFacts, ref: str, mirror: str | None, keyring: Path | None, 
         raise UserError(f"no {os_facts.family} archive keyring at {keyring}; pass --keyring FILE "
                         f"(the {os_facts.family}-archive-keyring package has it)")
     for package in include:
-        if not p.matches(p.PACKAGE, package):
+        if not p.matches(p.DEB_PACKAGE, package):
             raise UserError(f"--include: invalid package name {package!r}")
-    return Bootstrap(os_facts, ref, mirror, keyring, include, epoch)
+    return Bootstrap(os_facts, ref, mirror, keyring, tuple(sorted(set(include))), epoch)
 
 
 def rootfs(b: Bootstrap, out: Path) -> None:
@@ -98,15 +100,33 @@ def rootfs(b: Bootstrap, out: Path) -> None:
     tool = shutil.which("mmdebstrap")
     if tool is None:
         raise UserError("mmdebstrap is not installed: `apt-get install mmdebstrap` (Debian/Ubuntu)")
-    command = [tool, "--variant=minbase", f"--keyring={b.keyring}", "--skip=output/dev", "--quiet"]
-    if b.include:
-        command.append(f"--include={','.join(b.include)}")
-    command += [b.os.suite, str(out), b.mirror]
-    env = {**os.environ, "SOURCE_DATE_EPOCH": str(b.epoch)}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=1800)
+    # apt checks signatures as the unprivileged _apt user: a keyring in a private directory (a home, a
+    # temporary directory) reads as a missing key. A world-readable copy works wherever the original is.
+    with tempfile.TemporaryDirectory(prefix="imgbuild-keyring-") as keys:
+        Path(keys).chmod(0o755)
+        keyring = Path(keys) / b.keyring.name
+        shutil.copyfile(b.keyring, keyring)
+        keyring.chmod(0o644)
+        command = [tool, "--variant=minbase", f"--keyring={keyring}", "--skip=output/dev", "--quiet",
+                   f"--components={COMPONENTS[b.os.family]}"]
+        if b.include:
+            command.append(f"--include={','.join(b.include)}")
+        command += [b.os.suite, str(out), b.mirror]
+        env = {**os.environ, "SOURCE_DATE_EPOCH": str(b.epoch)}
+        result = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=1800)
     if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise UserError(f"mmdebstrap {b.os.suite} from {b.mirror} failed: {last}")
+        raise UserError(f"mmdebstrap {b.os.suite} from {b.mirror} failed: {_reason(result.stderr)}")
+
+
+def _reason(stderr: str) -> str:
+    """The line of mmdebstrap's output that says what went wrong, not its closing 'failed to run'."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if key := next((line for line in lines if "NO_PUBKEY" in line), None):
+        missing = re.search(r"NO_PUBKEY \w+", key)
+        return (f"the archive is signed by a key the keyring lacks ({missing[0] if missing else key}); "
+                "pass --keyring with the archive's keyring")
+    errors = [line for line in lines if line.startswith("E:") and "failed to run" not in line]
+    return (errors or lines or ["(no output)"])[0]
 
 
 def image_archive(layer: Path, b: Bootstrap, out: Path) -> str:
@@ -125,6 +145,7 @@ def image_archive(layer: Path, b: Bootstrap, out: Path) -> str:
             "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
             "Cmd": ["bash"],
             "Labels": {"io.imgbuild.base": b.os.name, "io.imgbuild.base.suite": b.os.suite,
+                       "io.imgbuild.base.packages": ",".join(b.include),
                        "org.opencontainers.image.created": created},
         },
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},

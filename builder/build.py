@@ -18,7 +18,7 @@ import docker
 import docker.errors
 import docker.models.containers
 
-from . import base, engine, render
+from . import base, engine, render, repro
 from .context import HASH_LABEL, BuildInputs, context_tar
 from .errors import UserError
 from .matrix import Resolution
@@ -109,7 +109,8 @@ def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts:
     except docker.errors.APIError as exc:
         if opts.bootstrap_base and v.flavor != "devel":
             os_facts = res.facts.os[v.os]
-            plan = base.plan(os_facts, bootstrapped_ref(v.os), None, None, (), res.facts.source_date_epoch)
+            plan = base.plan(os_facts, bootstrapped_ref(v.os), None, None, res.facts.packages,
+                             res.facts.source_date_epoch)
             return plan.ref, base.bootstrap(client, plan)
         offer = (f"make one with `imgbuild base bootstrap {v.os}`, or " if v.flavor != "devel" else "")
         reason = str(exc.explanation or exc).splitlines()[0][:160]
@@ -122,21 +123,21 @@ def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: re
            opts: BuildOptions) -> BuildInputs:
     """The build's inputs, the base reference among its arguments; refuses a context that is not current.
 
-    Once images/<variant>/ equals what renders, the rendered files are the context: no second read."""
-    rendered = render.context(v, project)
-    drift = render.compare({v.name: rendered}, project.images, whole=False)
-    if drift:
-        raise UserError(f"{project.images / v.name} is not current with matrix.yaml and templates/ "
-                        f"({(drift.stale + drift.missing + drift.extra)[0]}...); run `imgbuild render --all`")
+    images/<variant>/ is the context once it is known to equal what renders (render.verified_context)."""
+    if not render.lock_path(v, project).is_file():
+        raise UserError(f"{v.name} has no lock ({render.lock_path(v, project)}); run `imgbuild lock --variant "
+                        f"{v.name}` where its wheel index ({v.wheel_index or 'PyPI'}) answers")
+    rendered = render.verified_context(v, project, Path(res.facts.file))
     base_ref, base_id = resolve_base(client, res, v, opts)
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
     return BuildInputs(tuple((f.path, f.mode, f.content) for f in rendered), base_id, ((arg, base_ref),))
 
 
-def up_to_date(client: docker.DockerClient, digest: str) -> str | None:
-    """The ID of a local image built from exactly these inputs, if there is one."""
+def up_to_date(client: docker.DockerClient, digest: str, epoch: int) -> str | None:
+    """The ID of a local image built from exactly these inputs and normalised, if there is one (the builder's
+    own image, kept as the build cache, carries the same label)."""
     found = client.images.list(filters={"label": f"{HASH_LABEL}={digest}"})
-    return str(found[0].id) if found else None
+    return next((str(i.id) for i in found if repro.is_normalised(i.attrs, epoch)), None)
 
 
 def tag_all(client: docker.DockerClient, image_id: str, v: Variant) -> None:
@@ -151,7 +152,7 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
     rep.begin(v.name, "resolving inputs")
     build_inputs = inputs(client, res, v, project, opts)
     digest = build_inputs.digest()
-    existing = None if (opts.force or opts.no_cache) else up_to_date(client, digest)
+    existing = None if (opts.force or opts.no_cache) else up_to_date(client, digest, v.source_date_epoch)
     if existing:
         tag_all(client, existing, v)
         rep.say(v.name, "up to date: tagged")
@@ -160,10 +161,16 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = opts.log_dir / f"{v.name}.log"
     tar = context_tar(build_inputs.files, v.source_date_epoch, opts.ca_bundle)
-    image_id = stream_build(client, v.name, tar, dict(build_inputs.buildargs), {HASH_LABEL: digest},
-                            opts.no_cache, log_path, rep)
+    built = stream_build(client, v.name, tar, dict(build_inputs.buildargs), {HASH_LABEL: digest},
+                         opts.no_cache, log_path, rep)
+    rep.begin(v.name, "normalising the image config")
+    result = repro.normalise(client, built, v.source_date_epoch)
+    image_id = result.image_id
     tag_all(client, image_id, v)
     rep.say(v.name, f"built {image_id[:19]}")
+    if result.late:
+        rep.say(v.name, f"WARNING: not reproducible: {len(result.late)} entries carry the build time "
+                        f"(first: {result.late[0]}); `imgbuild verify-repro {v.name}` names them all")
     return BuildResult(v.name, "built", time.monotonic() - start, image_id, v.refs(),
                        client.images.get(image_id).attrs.get("Size"), log_path)
 

@@ -9,12 +9,12 @@ from typing import Annotated
 import typer
 
 from . import matrix as m
-from . import matrix_view, patterns, render
+from . import patterns, render
 from .errors import CheckFailed, UserError
 from .select import Filters, select, select_cells
 
-# The engine-side modules (docker-py and what uses it) are imported inside the commands that need them:
-# `matrix` and `render` start in a third of the time without them.
+# The engine-side modules (docker-py and what uses it), rich and jinja2 are imported inside the commands
+# that need them: an unchanged `build` answers in about a second, start-up included.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Reproducible builds of GPU container images from matrix.yaml.")
 _state = {"debug": False}
@@ -50,6 +50,7 @@ def matrix_cmd(
     explain: Annotated[bool, typer.Option("--explain", help="how each selected cell resolved, or why not")] = False,
 ) -> None:
     """Show the images a selection resolves to."""
+    from . import matrix_view  # rich: only where a table is drawn
     if sum((json_, github, explain)) > 1:
         raise UserError("--json, --github and --explain are exclusive; pick one")
     res = m.load(m.matrix_path(matrix))
@@ -96,6 +97,46 @@ def render_cmd(
                f"{len(drift.stale)} updated, {len(drift.extra)} removed ({changed} changed)")
 
 
+@app.command("lock")
+def lock_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    check: Annotated[bool, typer.Option("--check", help="change nothing; exit 1 if a lock is stale")] = False,
+    bases: Annotated[bool, typer.Option(
+        "--bases", help="also pin the OS bases' registry digests into matrix.yaml")] = False,
+) -> None:
+    """Pin every wheel of the selected variants with its hashes (uv's resolver) into locks/<variant>.txt."""
+    from . import lock
+
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    variants = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
+    project = render.Project.for_matrix(path)
+    if check:
+        results = lock.check(res, variants, project)
+        for r in results:
+            if r.status != "current":
+                typer.echo(f"{r.status:8} {r.variant}: {r.message}")
+        stale = [r for r in results if r.status == "stale"]
+        current = sum(r.status == "current" for r in results)
+        typer.echo(f"{current} locks current, {len(stale)} stale, {len(results) - current - len(stale)} missing")
+        if stale:
+            raise CheckFailed(f"{len(stale)} stale locks; run `imgbuild lock --all`")
+        return
+    results = lock.lock(res, variants, project)
+    for r in results:
+        typer.echo(f"{r.status:9} {r.variant}" + (f": {r.message}" if r.status == "failed" else ""))
+    failed = [r for r in results if r.status == "failed"]
+    typer.echo(f"{len(results) - len(failed)} variants locked into {project.locks}, {len(failed)} failed")
+    if bases:
+        from . import engine, lock_bases
+
+        for line in lock_bases.pin(engine.connect(), res, path, variants):
+            typer.echo(line)
+    if failed:
+        raise typer.Exit(1)
+
+
 base_app = typer.Typer(no_args_is_help=True, help="OS base images made without a registry.")
 app.add_typer(base_app, name="base")
 
@@ -106,7 +147,8 @@ def base_bootstrap_cmd(
     mirror: Annotated[str | None, typer.Option(
         "--mirror", help="archive URL [default: the host's apt sources]")] = None,
     keyring: Annotated[Path | None, typer.Option("--keyring", help="archive keyring [default: the host's]")] = None,
-    include: Annotated[str, typer.Option("--include", help="extra packages, comma-separated")] = "",
+    include: Annotated[str, typer.Option(
+        "--include", help="packages besides matrix.yaml's `packages`, comma-separated")] = "",
     matrix: MatrixOpt = None,
 ) -> None:
     """Make an OS base image from the distro's archive (mmdebstrap) and load it as imgbuild/base:OS."""
@@ -117,7 +159,7 @@ def base_bootstrap_cmd(
     if os_name not in res.facts.os:
         raise UserError(f"no OS {os_name} in {res.facts.file}; available: {', '.join(res.facts.os)}")
     ref = b.bootstrapped_ref(os_name)
-    packages = tuple(x for x in include.split(",") if x)
+    packages = res.facts.packages + tuple(x for x in include.split(",") if x)
     plan = base.plan(res.facts.os[os_name], ref, mirror, keyring, packages, res.facts.source_date_epoch)
     client = engine.connect()
     typer.echo(f"bootstrapping {os_name} ({plan.os.suite}) from {plan.mirror} ...", err=True)
@@ -170,6 +212,40 @@ def build_cmd(
         _run_tests([res.variant(r.variant).primary_ref for r in results], "auto", False, None, None)
 
 
+@app.command("verify-repro")
+def verify_repro_cmd(
+    variant: Annotated[str, typer.Argument(metavar="VARIANT", help="an image by name, tag or alias")],
+    matrix: MatrixOpt = None,
+    ca_bundle: Annotated[Path | None, typer.Option(
+        "--ca-bundle", help="PEM CA bundle trusted while building; never in the image",
+        exists=True, dir_okay=False, readable=True)] = None,
+    rebootstrap: Annotated[bool, typer.Option(
+        "--rebootstrap", help="make the OS base anew from the archive before each build")] = False,
+    log_dir: Annotated[Path, typer.Option("--log-dir", help="where each build's whole log goes")] = Path("logs"),
+) -> None:
+    """Build VARIANT twice without cache and compare: "reproducible: <image id>", or what differs."""
+    from . import build as b
+    from . import engine, verify_repro
+    from .progress import reporter
+
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    chosen = select(res, Filters(variant=variant))
+    opts = b.BuildOptions(log_dir=log_dir.resolve(), force=True, no_cache=True,
+                          ca_bundle=ca_bundle.read_bytes() if ca_bundle else None, bootstrap_base=True)
+    client = engine.connect()
+    try:
+        with reporter() as rep:
+            verdict = verify_repro.verify(client, res, chosen[0], render.Project.for_matrix(path), opts, rep,
+                                          rebootstrap)
+    except KeyboardInterrupt:
+        typer.echo("imgbuild: interrupted: the build was cancelled and its containers removed", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(verdict.report())
+    if not verdict.reproducible:
+        raise typer.Exit(1)
+
+
 @app.command("test")
 def test_cmd(
     cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
@@ -211,6 +287,49 @@ def _run_tests(refs: list[str], gpus: str, require_gpu: bool, junit: Path | None
     if json_file:
         smoke.write_json(json_file, header, reports)
     if any(r.failed for r in reports):
+        raise typer.Exit(1)
+
+
+@app.command("push")
+def push_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    registry: Annotated[str | None, typer.Option(
+        "--registry", help="HOST[:PORT]/NAMESPACE [default: matrix.yaml's image.registry]")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="write what was published")] = None,
+    force: Annotated[bool, typer.Option("--force", help="publish even without passed smoke tests")] = False,
+    password_stdin: Annotated[bool, typer.Option(
+        "--password-stdin", help="read the password of $IMGBUILD_REGISTRY_USER from stdin")] = False,
+) -> None:
+    """Push the selected images under all their tags and aliases; each digest is read back and checked."""
+    import json
+
+    from . import engine, push
+
+    res = m.load(m.matrix_path(matrix))
+    variants = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
+    target = registry if registry is not None else res.facts.image.registry
+    if not target:
+        raise UserError(f"no registry: set image.registry in {res.facts.file} or pass --registry HOST/NAMESPACE")
+    if not patterns.matches(patterns.REGISTRY, target):
+        raise UserError(f"--registry {target!r}: expected HOST[:PORT][/NAMESPACE]")
+    auth = push.credentials(sys.stdin.readline().rstrip("\n") if password_stdin else None)
+    client = engine.connect()
+    published, failed = [], 0
+    for v in variants:
+        try:
+            result = push.publish(client, v, target, auth, force, lambda text: typer.echo(text, err=True))
+        except (push.PushError, UserError) as exc:
+            typer.echo(f"imgbuild: error: {exc}", err=True)
+            failed += 1
+            continue
+        published.append(result)
+        for ref in result.refs:
+            typer.echo(f"pushed {ref}@{result.digest}")
+    if json_file:
+        json_file.write_text(json.dumps([{"variant": p.variant, "image_id": p.image_id, "digest": p.digest,
+                                          "tags": list(p.refs)} for p in published], indent=2) + "\n")
+    if failed:
         raise typer.Exit(1)
 
 

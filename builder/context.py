@@ -44,7 +44,9 @@ def context_tar(files: tuple[tuple[str, int, bytes], ...], epoch: int, ca_bundle
         entries.append((CA_NAME, 0o644, ca_bundle))
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for name in sorted({str(Path(p).parent) for p, _, _ in entries} - {"."}):
+        # Every ancestor directory, not only the parents: one the tar lacks gets the time of extraction.
+        dirs = {str(parent) for path, _, _ in entries for parent in Path(path).parents} - {"."}
+        for name in sorted(dirs):
             info = tarfile.TarInfo(name)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, epoch
             tar.addfile(info)

@@ -106,6 +106,7 @@ class Facts:
     pytorch: dict[str, TorchFacts]
     excludes: tuple[Exclude, ...]
     flavor_pins: dict[str, tuple[tuple[str, str], ...]]
+    packages: tuple[str, ...]  # the distro packages every image needs; bootstrapped bases carry them
 
     def axis(self, name: str) -> tuple[str, ...]:
         return dict(self.axes)[name]
@@ -116,7 +117,7 @@ def parse(path: Path) -> Facts:
     root = load(path)
     top = root.mapping()
     required = {"schema", "image", "source_date_epoch", "defaults", "axes", "os", "cuda", "wheels", "pytorch"}
-    known = required | {"excludes", "flavors"}
+    known = required | {"excludes", "flavors", "packages"}
     root.mapping(required, known | {k for k in top if k.startswith("x-")})  # x-*: YAML anchors, comments
     if top["schema"].integer() != 1:
         raise top["schema"].error("unsupported schema version; this imgbuild reads schema 1")
@@ -149,6 +150,7 @@ def parse(path: Path) -> Facts:
         pytorch=torch,
         excludes=tuple(_exclude(node) for node in top["excludes"].seq()) if "excludes" in top else (),
         flavor_pins=_flavor_pins(top["flavors"]) if "flavors" in top else {},
+        packages=top["packages"].text_list(p.DEB_PACKAGE, "Debian package name") if "packages" in top else (),
     )
     _check_references(facts, top)
     return facts

@@ -201,6 +201,7 @@ def _variant(facts: f.Facts, members: list[Cell]) -> Variant:
         flavor_pins=facts.flavor_pins.get(first.flavor, ()),
         parent=parent,
         parent_ref=parent_ref,
+        packages=facts.packages,
     )
 
 

@@ -14,7 +14,8 @@ CUDA_LINE = re.compile(r"\d+\.\d+")
 NAME = re.compile(r"[a-z][a-z0-9]*(?:[._-][a-z0-9]+)*")
 OS_NAME = re.compile(r"[a-z]+\d+(\.\d+)?")
 WHEEL = re.compile(r"cu\d{3}")
-PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a Python distribution name
+DEB_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")  # Debian policy 5.6.1
 ARCH = re.compile(r"sm_\d+a?")
 REQUIRE_CUDA = re.compile(r"cuda>=\d+\.\d+")
 DATE = re.compile(r"\d{4}-\d{2}(-\d{2})?")

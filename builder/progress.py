@@ -6,9 +6,10 @@ import sys
 import threading
 import time
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class Reporter:
@@ -44,6 +45,10 @@ class RichReporter(Reporter):
     """One live line per variant: step k of n, the current instruction, elapsed time."""
 
     def __init__(self) -> None:
+        # Imported here: plain lines (CI, pipes) never load rich's progress machinery.
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
         super().__init__()
         self._progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[name]}"),
                                   TextColumn("{task.description}"), TimeElapsedColumn(),

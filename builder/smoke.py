@@ -25,6 +25,7 @@ from docker.types import DeviceRequest
 from smoke_tests.__main__ import RESULTS_MARKER
 from smoke_tests.results import Result, summary
 
+from . import records
 from .errors import UserError
 
 TEST_LABEL = "io.imgbuild.test"
@@ -229,7 +230,10 @@ def test_image(client: docker.DockerClient, image: str, gpus: str, require_gpu: 
     results += restricted(client, image, labels)
     if labels.get("io.imgbuild.flavor") == "jupyter":
         results += jupyter(client, image)
-    return header, ImageReport(image, tuple(results))
+    report = ImageReport(image, tuple(results))
+    counts = {status: sum(r.status == status for r in results) for status in ("PASS", "FAIL", "SKIP")}
+    records.write(records.TestRecord(str(client.images.get(image).id), image, not report.failed, counts, header))
+    return header, report
 
 
 def write_json(path: Path, header: str, reports: list[ImageReport]) -> None:

@@ -46,6 +46,7 @@ class Variant:
     flavor_pins: tuple[tuple[str, str], ...]  # what the flavour adds: jupyterlab, ninja
     parent: str | None  # jupyter: the name of the runtime Variant it is built on
     parent_ref: str | None  # jupyter: that runtime image's reference, the FROM of its final stage
+    packages: tuple[str, ...] = field(default=())  # distro packages: in a bootstrapped base, else apt
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
 
     @property

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure this host can build images: a Docker engine that answers, and mmdebstrap for bases made without a
-# registry. As root on Debian/Ubuntu it installs and starts what is missing, saying what it does; elsewhere
+# registry (with --test, also what the test suite needs). As root on Debian/Ubuntu it installs and starts what is missing, saying what it does; elsewhere
 # it says how. (imgbuild itself never installs system software; this script is the Makefile's set-up.)
 set -euo pipefail
 say() { echo "host-setup: $*" >&2; }
@@ -15,6 +15,11 @@ engine_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2
 
 if ! command -v mmdebstrap >/dev/null 2>&1; then
     if can_install; then apt_install mmdebstrap; else say "mmdebstrap is missing (needed only where no registry answers): apt-get install mmdebstrap"; fi
+fi
+
+# --test: the push tests run Debian's docker-registry on 127.0.0.1, with htpasswd (apache2-utils) for auth.
+if [ "${1:-}" = "--test" ] && ! { command -v docker-registry && command -v htpasswd; } >/dev/null 2>&1; then
+    if can_install; then apt_install docker-registry apache2-utils; else say "the push tests need: apt-get install docker-registry apache2-utils"; fi
 fi
 
 if engine_answers; then

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -27,7 +28,10 @@ def broken_matrix(tmp_path: Path) -> Callable[[str, str], Path]:
     return make
 
 
-def imgbuild(*args: str, cwd: Path = ROOT, timeout: int = 120) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI entry point as a user would (torch builds need a longer timeout)."""
+def imgbuild(*args: str, cwd: Path = ROOT, timeout: int = 120, env: dict[str, str] | None = None,
+             stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI entry point as a user would (torch builds need a longer timeout); `env` adds to
+    the environment."""
     return subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+                          env={**os.environ, **(env or {})}, input=stdin)

@@ -8,14 +8,17 @@ import io
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+from uv import find_uv_bin
 
-from .conftest import ROOT
+from builder.repro import saved_stream
+
+from .conftest import ROOT, imgbuild
 
 HOST_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+SMALL_VARIANT = "2.7.1-cu126-debian12-runtime"  # the variant whose lock small_project replaces
 
 
 def make_test_ca(directory: Path) -> tuple[Path, list[bytes]]:
@@ -47,6 +50,24 @@ def project_copy(directory: Path, matrix_edits: dict[str, str]) -> Path:
     return directory / "matrix.yaml"
 
 
+def small_project(directory: Path, name: str, template_edit: tuple[str, str] | None = None) -> Path:
+    """The project with its own image name and a real, hash-locked, small lock (uv's resolver) for SMALL_VARIANT."""
+    matrix = project_copy(directory, {"name: pytorch-cuda": f"name: {name}"})
+    if template_edit:
+        path = directory / "templates" / "_user.j2"
+        text = path.read_text()
+        assert text.count(template_edit[0]) == 1
+        path.write_text(text.replace(template_edit[0], template_edit[1]))
+    locked = subprocess.run([find_uv_bin(), "pip", "compile", "-", "--generate-hashes", "--no-header", "--quiet",
+                             "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_36"],
+                            input="six==1.17.0\npackaging==24.2\n", capture_output=True, text=True, check=True,
+                            timeout=300, env={"UV_NATIVE_TLS": "1", "PATH": "/usr/bin:/bin"})
+    (directory / "locks").mkdir()
+    (directory / "locks" / f"{SMALL_VARIANT}.txt").write_text(locked.stdout)
+    assert imgbuild("render", "--matrix", str(matrix), "--variant", SMALL_VARIANT).returncode == 0
+    return matrix
+
+
 def _scan(stream: io.BufferedIOBase | tarfile.ExFileObject, needles: list[bytes]) -> bool:
     keep = max(len(n) for n in needles)
     tail = b""
@@ -61,11 +82,9 @@ def _scan(stream: io.BufferedIOBase | tarfile.ExFileObject, needles: list[bytes]
 def image_holds(client: docker.DockerClient, image_id: str, needles: list[bytes]) -> list[str]:
     """Every member of the saved image (layer tars, config, history) that contains one of the needles."""
     found = []
-    chunks: Iterator[bytes] = client.images.get(image_id).save(chunk_size=1 << 20)
-    raw = _ChunkReader(chunks)
-    with tarfile.open(fileobj=raw, mode="r|") as outer:
+    with tarfile.open(fileobj=saved_stream(client, image_id), mode="r|") as outer:
         for member in outer:
-            f = outer.extractfile(member)
+            f = outer.extractfile(member) if member.isfile() else None  # a layer saved twice is a link
             if f is None:
                 continue
             if member.name.endswith("layer.tar"):
@@ -82,21 +101,3 @@ def image_holds(client: docker.DockerClient, image_id: str, needles: list[bytes]
     if any(n in history for n in needles):
         found.append("history")
     return found
-
-
-class _ChunkReader(io.RawIOBase):
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks, self._buffer = chunks, b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        while not self._buffer:
-            try:
-                self._buffer = next(self._chunks)
-            except StopIteration:
-                return 0
-        n = min(len(b), len(self._buffer))
-        b[:n], self._buffer = self._buffer[:n], self._buffer[n:]
-        return n

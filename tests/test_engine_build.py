@@ -55,6 +55,7 @@ def torch_image(client: docker.DockerClient, ca: tuple[Path, list[bytes]],
                       timeout=BUILD_TIMEOUT_S)
     print(result.stdout, result.stderr[-3000:], file=sys.stderr)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "not reproducible" not in result.stdout + result.stderr, "a layer carries the build time"
     return str(client.images.get(TAGS[1]).id)
 
 
@@ -68,18 +69,22 @@ def run(client: docker.DockerClient, image: str, command: list[str], **kwargs: o
 
 
 def test_bootstrap_twice_gives_one_image_id(client: docker.DockerClient) -> None:
+    """Two bootstraps with matrix.yaml's packages; the second is the base the torch build below uses."""
     facts = load(MATRIX).facts
     ids = []
-    for ref in ("imgbuild-test/base:a", "imgbuild-test/base:b"):
-        ids.append(bootstrap(client, base_plan(facts.os["debian12"], ref, None, None, (), facts.source_date_epoch)))
+    for ref in ("imgbuild-test/base:a", "imgbuild/base:debian12"):
+        plan = base_plan(facts.os["debian12"], ref, None, None, facts.packages, facts.source_date_epoch)
+        ids.append(bootstrap(client, plan))
     try:
         assert ids[0] == ids[1]
         image = client.images.get(ids[0])
         assert image.attrs["Created"].startswith("2025-01-01T00:00:00")
         assert image.labels["io.imgbuild.base"] == "debian12"
+        assert image.labels["io.imgbuild.base.packages"] == ",".join(sorted(facts.packages))
+        out = run(client, ids[0], ["dpkg-query", "-W", "-f", "${Package}\n", *facts.packages])
+        assert sorted(out.split()) == sorted(facts.packages)
     finally:
-        for ref in ("imgbuild-test/base:a", "imgbuild-test/base:b"):
-            client.images.remove(ref)
+        client.images.remove("imgbuild-test/base:a")
 
 
 def test_torch_image_is_tagged_with_every_tag_and_labelled(client: docker.DockerClient, torch_image: str) -> None:
@@ -90,6 +95,16 @@ def test_torch_image_is_tagged_with_every_tag_and_labelled(client: docker.Docker
     assert labels["io.imgbuild.torch"] == "2.7.1" and labels["io.imgbuild.cudnn"] == "9.5.1.17"
     assert labels["io.imgbuild.build-hash"].startswith("sha256:")
     assert client.images.get(torch_image).attrs["Config"]["User"] == "1000:100"
+    assert client.images.get(torch_image).attrs["Created"].startswith("2025-01-01T00:00:00"), "normalised"
+
+
+def test_a_variant_without_a_lock_is_refused_with_the_way_out(client: docker.DockerClient) -> None:
+    result = imgbuild("build", "--variant", "2.7.1-cu118-debian12-runtime")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"imgbuild: error: 2.7.1-cu118-debian12-runtime has no lock ({ROOT}/locks/2.7.1-cu118-debian12-runtime.txt); "
+        "run `imgbuild lock --variant 2.7.1-cu118-debian12-runtime` where its wheel index "
+        "(https://download.pytorch.org/whl/cu118) answers")
 
 
 def test_torch_imports_and_gpu_check_runs_as_the_non_root_user(client: docker.DockerClient,

@@ -12,7 +12,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from builder import engine
+from builder import engine, records
 from builder.smoke import TEST_LABEL
 
 from .conftest import imgbuild
@@ -42,6 +42,14 @@ def report(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory
     statuses["__header__"] = data["header"]
     statuses["__stdout__"] = result.stdout
     return statuses, out
+
+
+def test_the_result_is_recorded_for_the_image_id_push_checks(client: docker.DockerClient,
+                                                              report: tuple[dict[str, str], Path]) -> None:
+    record = records.read(str(client.images.get(IMAGE).id))
+    assert record is not None and record.passed and record.ref == IMAGE
+    assert record.counts["FAIL"] == 0 and record.counts["PASS"] > 20 and record.counts["SKIP"] > 0
+    assert record.header.startswith("CPU-only")
 
 
 def test_report_says_cpu_only_first(report: tuple[dict[str, str], Path]) -> None:

@@ -10,6 +10,11 @@ import pytest
 
 from builder.context import BuildInputs, context_tar
 from builder.engine import endpoint
+from builder.matrix import load
+from builder.render import Project, context
+
+from .conftest import ROOT
+from .engine_helpers import project_copy
 
 
 def test_docker_host_comes_first(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,7 +73,7 @@ def test_hash_is_stable_for_unchanged_inputs() -> None:
 @pytest.mark.parametrize("changed", [
     {"files": (("Dockerfile", 0o644, b"FROM x \n"), FILES[1])},  # one template byte
     {"files": (FILES[0], ("gpu-check", 0o644, b"#!/bin/sh\n"))},  # a lost executable bit
-    {"files": (*FILES, ("requirements-torch.txt", 0o644, b"torch==2.7.1\n"))},  # a changed lock
+    {"files": (*FILES, ("requirements.lock", 0o644, b"torch==2.7.1\n"))},  # a changed lock
     {"base": "sha256:bb"},  # a new base image ID
     {"args": (("BASE_IMAGE", "mirror.local/debian:12"),)},
 ])
@@ -82,3 +87,19 @@ def test_ca_bundle_joins_the_tar_but_not_the_hash() -> None:
     assert b"ca-bundle.pem" in with_ca and b"ca-bundle.pem" not in without
     assert context_tar(FILES, 0, None) == without, "the tar is deterministic"
 
+
+
+def test_the_lock_is_part_of_the_rendered_context(tmp_path: Path) -> None:
+    """So a changed lock changes the context, hence the build-input hash, hence rebuilds."""
+    matrix = project_copy(tmp_path, {})
+    (tmp_path / "locks").mkdir()
+    name = "2.7.1-cu126-debian12-runtime"
+    lock = tmp_path / "locks" / f"{name}.txt"
+    lock.write_bytes((ROOT / "locks" / f"{name}.txt").read_bytes())
+    res, project = load(matrix), Project.for_matrix(matrix)
+    before = {f.path: f.content for f in context(res.variant(name), project)}
+    assert before["requirements.lock"] == lock.read_bytes()
+    lock.write_text(lock.read_text() + "# one more byte\n")
+    after = {f.path: f.content for f in context(res.variant(name), project)}
+    assert after["requirements.lock"] != before["requirements.lock"]
+    assert after["Dockerfile"] != before["Dockerfile"], "the inputs label moves too"
