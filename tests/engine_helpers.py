@@ -38,9 +38,9 @@ def make_test_ca(directory: Path) -> tuple[Path, list[bytes]]:
 
 
 def project_copy(directory: Path, matrix_edits: dict[str, str]) -> Path:
-    """The project's matrix, templates and payload in `directory`, with textual edits to matrix.yaml; the
-    contexts are rendered there by the caller."""
-    for name in ("templates", "smoke_tests"):
+    """The project's matrix, templates, payload and locks in `directory`, with textual edits to matrix.yaml;
+    the contexts are rendered there by the caller."""
+    for name in ("templates", "smoke_tests", "locks"):
         shutil.copytree(ROOT / name, directory / name, ignore=shutil.ignore_patterns("__pycache__"))
     text = (ROOT / "matrix.yaml").read_text()
     for old, new in matrix_edits.items():
@@ -62,7 +62,6 @@ def small_project(directory: Path, name: str, template_edit: tuple[str, str] | N
                              "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_36"],
                             input="six==1.17.0\npackaging==24.2\n", capture_output=True, text=True, check=True,
                             timeout=300, env={"UV_NATIVE_TLS": "1", "PATH": "/usr/bin:/bin"})
-    (directory / "locks").mkdir()
     (directory / "locks" / f"{SMALL_VARIANT}.txt").write_text(locked.stdout)
     assert imgbuild("render", "--matrix", str(matrix), "--variant", SMALL_VARIANT).returncode == 0
     return matrix
