@@ -40,6 +40,12 @@ def bootstrapped_ref(os_name: str) -> str:
     return f"{BOOTSTRAP_REPOSITORY}:{os_name}"
 
 
+def bootstrap_plan(res: Resolution, os_name: str) -> base.Bootstrap:
+    """The base a build bootstraps for itself: the host's mirror and keyring, matrix.yaml's packages."""
+    return base.plan(res.facts.os[os_name], bootstrapped_ref(os_name), None, None, res.facts.packages,
+                     res.facts.source_date_epoch)
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     log_dir: Path
@@ -108,9 +114,7 @@ def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts:
         image = client.images.pull(wanted)
     except docker.errors.APIError as exc:
         if opts.bootstrap_base and v.flavor != "devel":
-            os_facts = res.facts.os[v.os]
-            plan = base.plan(os_facts, bootstrapped_ref(v.os), None, None, res.facts.packages,
-                             res.facts.source_date_epoch)
+            plan = bootstrap_plan(res, v.os)
             return plan.ref, base.bootstrap(client, plan)
         offer = (f"make one with `imgbuild base bootstrap {v.os}`, or " if v.flavor != "devel" else "")
         reason = str(exc.explanation or exc).splitlines()[0][:160]

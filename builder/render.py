@@ -135,10 +135,9 @@ def context(v: Variant, project: Project) -> list[ContextFile]:
     labels = {**v.labels(), INPUTS_LABEL: _PLACEHOLDER}
     draft = env.get_template(template).render(v=v, labels=dict(sorted(labels.items())))
     # The label holds a hash of everything else in the context, the Dockerfile included.
-    digest = hashlib.sha256()
-    for f in sorted([*files, ContextFile("Dockerfile", draft.encode(), REGULAR)], key=lambda f: f.path):
-        digest.update(f"{f.path}\0{f.mode:o}\0{len(f.content)}\0".encode() + f.content)
-    dockerfile = draft.replace(_PLACEHOLDER, "sha256:" + digest.hexdigest())
+    digest = _files_digest(sorted([*files, ContextFile("Dockerfile", draft.encode(), REGULAR)],
+                                  key=lambda f: f.path))
+    dockerfile = draft.replace(_PLACEHOLDER, "sha256:" + digest)
     files.append(ContextFile("Dockerfile", dockerfile.encode(), REGULAR))
     return sorted(files, key=lambda f: f.path)
 

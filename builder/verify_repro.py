@@ -10,7 +10,7 @@ import docker
 import docker.errors
 
 from . import base, render, repro
-from .build import BuildFailed, BuildOptions, bootstrapped_ref, build_one
+from .build import BuildFailed, BuildOptions, bootstrap_plan, build_one
 from .errors import UserError
 from .matrix import Resolution
 from .progress import Reporter
@@ -51,11 +51,9 @@ def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: re
     image_ids, base_ids = [], []
     for _ in range(2):
         if rebootstrap:  # the base made anew from the archive each time, not taken from the first run
-            ref = bootstrapped_ref(v.os)
+            plan = bootstrap_plan(res, v.os)
             with contextlib.suppress(docker.errors.ImageNotFound):
-                client.images.remove(ref)  # untags it; its layers stay while images built on it exist
-            plan = base.plan(res.facts.os[v.os], ref, None, None, res.facts.packages,
-                             res.facts.source_date_epoch)
+                client.images.remove(plan.ref)  # untags it; its layers stay while images built on it exist
             base_ids.append(base.bootstrap(client, plan))
         try:
             result = build_one(client, res, v, project, opts, rep)
