@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import docker
 import docker.errors
 
-from . import records
+from . import engine, records
 from .errors import UserError
 from .variant import Variant
 
@@ -117,7 +117,7 @@ def credentials(password: str | None) -> dict[str, str] | None:
 
 def publish(client: docker.DockerClient, v: Variant, registry: str, auth: dict[str, str] | None, force: bool,
             say: Callable[[str], None]) -> Published:
-    image = client.images.get(v.primary_ref) if _exists(client, v.primary_ref) else None
+    image = engine.image_or_none(client, v.primary_ref)
     if image is None:
         raise UserError(f"{v.name}: no image {v.primary_ref} here; build it first (`imgbuild build`)")
     image_id = str(image.id)
@@ -144,11 +144,3 @@ def publish(client: docker.DockerClient, v: Variant, registry: str, auth: dict[s
 
 def _prefixed(say: Callable[[str], None], ref: str) -> Callable[[str], None]:
     return lambda text: say(f"{ref}: {text}")
-
-
-def _exists(client: docker.DockerClient, ref: str) -> bool:
-    try:
-        client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return False
-    return True
