@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # machines), every command would otherwise compile ~500 modules, half a second, before doing anything.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro golden clean
+.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro golden bench clean
 
 setup: $(VENV)/.installed
 
@@ -55,12 +55,19 @@ test-engine:
 unit: setup
 	$(BIN)/pytest
 
+## Build speed, image size and layer sharing against a naive Dockerfile, in one invocation: a table on stdout
+## and bench/results/ (results.md, results.json, chart.png). About an hour and ~30 GB of disk at BENCH_RUNS=3;
+## not part of `make test`. It removes every image but the bootstrapped bases.
+bench: setup test-engine
+	$(BIN)/uv sync --frozen --extra dev --extra bench --quiet
+	$(BIN)/python bench/bench.py
+
 ## The suite without the engine-backed tests: seconds, no Docker needed.
 quick: setup
 	$(BIN)/pytest -m "not engine"
 
 lint: setup
-	$(BIN)/ruff check builder smoke_tests tests
+	$(BIN)/ruff check builder smoke_tests tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m builder.lint_dockerfiles
 

@@ -18,7 +18,7 @@ import docker
 import docker.errors
 import docker.models.containers
 
-from . import base, engine, render, repro
+from . import base, engine, push, render, repro, wheel_server, wheels
 from .context import HASH_LABEL, BuildInputs, context_tar
 from .errors import UserError
 from .matrix import Resolution
@@ -51,7 +51,8 @@ class BuildOptions:
     log_dir: Path
     force: bool = False
     no_cache: bool = False
-    ca_bundle: bytes | None = None
+    ca_bundle: Path | None = None  # trusted for wheel downloads on the host; no build step sees it
+    registry: str | None = None  # HOST[:PORT]/NAMESPACE: an image there with these inputs is pulled, not built
     jobs: int = 1
     base_mirror: str | None = None  # a registry prefix standing in for Docker Hub / nvcr.io
     bootstrap_base: bool = False  # bootstrap an OS base that is neither here nor pullable
@@ -60,13 +61,14 @@ class BuildOptions:
 @dataclass(frozen=True)
 class BuildResult:
     variant: str
-    status: str  # built | up-to-date | failed
+    status: str  # built | up-to-date | pulled | failed
     seconds: float
     image_id: str | None = None
     refs: tuple[str, ...] = ()
     size: int | None = None
     log: Path | None = None
     message: str = ""
+    fetched: wheels.Fetched | None = None  # what the host's wheel cache had to download for this build
 
 
 class BuildFailed(Exception):
@@ -150,6 +152,48 @@ def tag_all(client: docker.DockerClient, image_id: str, v: Variant) -> None:
         client.api.tag(image_id, repository, tag, force=True)
 
 
+def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, project: render.Project,
+                   build_inputs: BuildInputs, opts: BuildOptions, rep: Reporter) -> wheels.Fetched:
+    """Everything the build's RUN steps fetch from the host: the lock's wheels for this image's Python and
+    platform (downloaded only when not cached), each layer's requirements, and uv."""
+    path = render.lock_path(v, project)
+    arch = str(client.info().get("Architecture") or "x86_64")
+    target = wheels.Target(v.python, res.facts.os[v.os].glibc, arch)
+    rep.begin(v.name, "checking the wheel cache")
+    fetched = wheels.ensure(wheels.parse(path.read_text(), str(path)), target, str(path), opts.ca_bundle,
+                            lambda text: rep.say(v.name, text))
+    for name, _, content in build_inputs.files:
+        if name.startswith("wheels/"):
+            wheels.write_requirements(content.decode())
+    wheels.install_tool(arch)
+    return fetched
+
+
+def pull_built(client: docker.DockerClient, v: Variant, registry: str, digest: str, epoch: int,
+               rep: Reporter) -> str | None:
+    """The image with these build inputs from `registry` (pushed under its build-hash tag), pulled; None when
+    the registry does not have it. A pulled image must carry the same build hash, normalised."""
+    ref = push.hash_ref(v, registry, digest)
+    repository, tag = ref.rsplit(":", 1)
+    rep.begin(v.name, f"looking for {ref}")
+    try:
+        for chunk in client.api.pull(repository, tag=tag, stream=True, decode=True):
+            if "error" in chunk:
+                raise docker.errors.APIError(str(chunk["error"]))
+    except docker.errors.APIError as exc:  # not there, or the registry did not answer: build it
+        rep.say(v.name, f"not pulled ({str(exc.explanation or exc).splitlines()[0][:120]}); building")
+        return None
+    image = engine.image_or_none(client, ref)
+    if image is None:
+        return None
+    labels = image.attrs.get("Config", {}).get("Labels") or {}
+    if labels.get(HASH_LABEL) != digest or not repro.is_normalised(image.attrs, epoch):
+        client.api.remove_image(ref)
+        rep.say(v.name, f"{ref} carries other build inputs; building instead")
+        return None
+    return str(image.id)
+
+
 def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project: render.Project,
               opts: BuildOptions, rep: Reporter) -> BuildResult:
     start = time.monotonic()
@@ -162,11 +206,30 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
         rep.say(v.name, "up to date: tagged")
         return BuildResult(v.name, "up-to-date", time.monotonic() - start, existing, v.refs(),
                            client.images.get(existing).attrs.get("Size"))
+    if opts.registry and not (opts.force or opts.no_cache):
+        pulled = pull_built(client, v, opts.registry, digest, v.source_date_epoch, rep)
+        if pulled:
+            tag_all(client, pulled, v)
+            # The variant's own tags hold it now; the build-hash tag is for registries, not for `docker images`.
+            client.api.remove_image(push.hash_ref(v, opts.registry, digest), noprune=True)
+            rep.say(v.name, f"pulled {pulled[:19]} from {opts.registry}: same build inputs")
+            return BuildResult(v.name, "pulled", time.monotonic() - start, pulled, v.refs(),
+                               client.images.get(pulled).attrs.get("Size"))
+    fetched = prepare_wheels(client, res, v, project, build_inputs, opts, rep)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = opts.log_dir / f"{v.name}.log"
-    tar = context_tar(build_inputs.files, v.source_date_epoch, opts.ca_bundle)
-    built = stream_build(client, v.name, tar, dict(build_inputs.buildargs), {HASH_LABEL: digest},
-                         opts.no_cache, log_path, rep)
+    tar = context_tar(build_inputs.files, v.source_date_epoch)
+    with wheel_server.serving():
+        try:
+            built = stream_build(client, v.name, tar, dict(build_inputs.buildargs), {HASH_LABEL: digest},
+                                 opts.no_cache, log_path, rep)
+        except BuildFailed as exc:
+            if any("Connection refused" in line for line in exc.tail) and wheel_server.URL in exc.step:
+                raise BuildFailed(exc.step, exc.tail, exc.log, f"{exc.reason}: the step could not reach the wheel "
+                                  f"cache at {wheel_server.URL}; the engine must run on this host, with its "
+                                  f"network (not a remote DOCKER_HOST, Docker Desktop's VM or rootless "
+                                  f"Docker)") from None
+            raise
     rep.begin(v.name, "normalising the image config")
     result = repro.normalise(client, built, v.source_date_epoch)
     image_id = result.image_id
@@ -176,7 +239,7 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
         rep.say(v.name, f"WARNING: not reproducible: {len(result.late)} entries carry the build time "
                         f"(first: {result.late[0]}); `imgbuild verify-repro {v.name}` names them all")
     return BuildResult(v.name, "built", time.monotonic() - start, image_id, v.refs(),
-                       client.images.get(image_id).attrs.get("Size"), log_path)
+                       client.images.get(image_id).attrs.get("Size"), log_path, fetched=fetched)
 
 
 def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: dict[str, str],
@@ -186,11 +249,13 @@ def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: 
     run = _Run(before={str(c.id) for c in client.containers.list(all=True)})
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     step, image_id, error = "", None, None
+    began, starts = time.monotonic(), []
     with log_path.open("w", encoding="utf-8") as log:
         try:
+            # The host's network: the RUN steps fetch from the wheel cache served on its loopback.
             stream = client.api.build(fileobj=io.BytesIO(tar), custom_context=True, buildargs=buildargs,
                                       labels=labels, rm=True, forcerm=True, nocache=no_cache, pull=False,
-                                      decode=True)
+                                      decode=True, network_mode="host")
             for chunk in stream:
                 if "stream" in chunk:
                     text = str(chunk["stream"])
@@ -199,6 +264,7 @@ def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: 
                         tail.append(line)
                         if m := _STEP.match(line):
                             step = line
+                            starts.append(f"{m.group(1)}={time.monotonic() - began:.1f}")
                             rep.step(name, int(m.group(1)), int(m.group(2)), m.group(3))
                         elif m := _RUNNING.search(line):
                             run.containers.append(m.group(1))
@@ -209,6 +275,7 @@ def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: 
                     log.write(f"ERROR: {error}\n")
                 elif "aux" in chunk and isinstance(chunk["aux"], dict):
                     image_id = chunk["aux"].get("ID", image_id)
+                    starts.append(f"end={time.monotonic() - began:.1f}")
         except KeyboardInterrupt:
             log.write("INTERRUPTED\n")
             client.close()  # drops the connection, which makes the engine cancel the build
@@ -217,6 +284,8 @@ def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: 
         except docker.errors.APIError as exc:
             error = str(exc.explanation or exc)
             log.write(f"ERROR: {error}\n")
+        # When each step began (seconds into the build): what `make bench` splits a build's time by.
+        log.write(f"imgbuild step starts: {' '.join(starts)}\n")
     if error or image_id is None:
         cleanup(run)
         raise BuildFailed(step, list(tail), log_path, error or "the build stream ended without an image ID")

@@ -176,14 +176,18 @@ def build_cmd(
         "--force", help="rebuild even when an image with these inputs exists")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="rebuild every step (implies --force)")] = False,
     ca_bundle: Annotated[Path | None, typer.Option(
-        "--ca-bundle", help="PEM CA bundle trusted while building (TLS-intercepting proxies); never in the image",
+        "--ca-bundle", help="PEM CA bundle trusted for wheel downloads (TLS-intercepting proxies); never in an image",
         exists=True, dir_okay=False, readable=True)] = None,
     base_mirror: Annotated[str | None, typer.Option(
         "--base-mirror", help="registry prefix to take base images from, e.g. mirror.local:5000")] = None,
     bootstrap_base: Annotated[bool, typer.Option(
         "--bootstrap-base", help="bootstrap an OS base that is neither here nor pullable (needs mmdebstrap)")] = False,
+    registry: Annotated[str | None, typer.Option(
+        "--registry", help="HOST[:PORT]/NAMESPACE where an image with the same build inputs is pulled instead of "
+        "built; \"\" for none [default: matrix.yaml's image.registry]")] = None,
     log_dir: Annotated[Path, typer.Option("--log-dir", help="where each build's whole log goes")] = Path("logs"),
     test: Annotated[bool, typer.Option("--test", help="then run `imgbuild test` on what was built")] = False,
+    json_file: Annotated[Path | None, typer.Option("--json", help="also write the results as JSON here")] = None,
 ) -> None:
     """Build the selected images through the Docker SDK and tag each with all its tags."""
     from . import build as b
@@ -195,9 +199,12 @@ def build_cmd(
     variants = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
     if base_mirror is not None and not patterns.matches(patterns.REGISTRY, base_mirror):
         raise UserError(f"--base-mirror {base_mirror!r}: expected HOST[:PORT][/PATH]")
+    hits = registry if registry is not None else res.facts.image.registry
+    if hits and not patterns.matches(patterns.REGISTRY, hits):
+        raise UserError(f"--registry {hits!r}: expected HOST[:PORT][/NAMESPACE]")
     opts = b.BuildOptions(log_dir=log_dir.resolve(), force=force or no_cache, no_cache=no_cache,
-                          ca_bundle=ca_bundle.read_bytes() if ca_bundle else None, jobs=jobs,
-                          base_mirror=base_mirror, bootstrap_base=bootstrap_base)
+                          ca_bundle=ca_bundle, jobs=jobs, base_mirror=base_mirror, bootstrap_base=bootstrap_base,
+                          registry=hits or None)
     client = engine.connect()
     try:
         with reporter() as rep:
@@ -206,6 +213,11 @@ def build_cmd(
         typer.echo("imgbuild: interrupted: the build was cancelled and its containers removed", err=True)
         raise typer.Exit(130) from None
     build_view.summary(results)
+    if json_file:
+        import json
+
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(json.dumps(build_view.as_json(results), indent=2) + "\n")
     if any(r.status == "failed" for r in results):
         raise typer.Exit(1)
     if test:
@@ -217,7 +229,7 @@ def verify_repro_cmd(
     variant: Annotated[str, typer.Argument(metavar="VARIANT", help="an image by name, tag or alias")],
     matrix: MatrixOpt = None,
     ca_bundle: Annotated[Path | None, typer.Option(
-        "--ca-bundle", help="PEM CA bundle trusted while building; never in the image",
+        "--ca-bundle", help="PEM CA bundle trusted for wheel downloads; never in an image",
         exists=True, dir_okay=False, readable=True)] = None,
     rebootstrap: Annotated[bool, typer.Option(
         "--rebootstrap", help="make the OS base anew from the archive before each build")] = False,
@@ -232,7 +244,7 @@ def verify_repro_cmd(
     res = m.load(path)
     chosen = select(res, Filters(variant=variant))
     opts = b.BuildOptions(log_dir=log_dir.resolve(), force=True, no_cache=True,
-                          ca_bundle=ca_bundle.read_bytes() if ca_bundle else None, bootstrap_base=True)
+                          ca_bundle=ca_bundle, bootstrap_base=True)
     client = engine.connect()
     try:
         with reporter() as rep:

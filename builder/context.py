@@ -12,7 +12,6 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-CA_NAME = "ca-bundle.pem"  # the Dockerfile's `COPY ... ca-bundle.pe[m]` picks it up when present
 HASH_LABEL = "io.imgbuild.build-hash"
 _SCHEME = b"imgbuild build-hash v1\n"
 
@@ -36,21 +35,17 @@ class BuildInputs:
         return "sha256:" + h.hexdigest()
 
 
-def context_tar(files: tuple[tuple[str, int, bytes], ...], epoch: int, ca_bundle: bytes | None) -> bytes:
-    """The context as an uncompressed tar. The CA bundle, when given, joins it here and nowhere else: it is
-    not part of the build-input hash, since it never reaches the image."""
-    entries = list(files)
-    if ca_bundle is not None:
-        entries.append((CA_NAME, 0o644, ca_bundle))
+def context_tar(files: tuple[tuple[str, int, bytes], ...], epoch: int) -> bytes:
+    """The context as an uncompressed tar."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
         # Every ancestor directory, not only the parents: one the tar lacks gets the time of extraction.
-        dirs = {str(parent) for path, _, _ in entries for parent in Path(path).parents} - {"."}
+        dirs = {str(parent) for path, _, _ in files for parent in Path(path).parents} - {"."}
         for name in sorted(dirs):
             info = tarfile.TarInfo(name)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, epoch
             tar.addfile(info)
-        for path, mode, content in sorted(entries):
+        for path, mode, content in sorted(files):
             info = tarfile.TarInfo(path)
             info.size, info.mode, info.mtime = len(content), mode, epoch
             tar.addfile(info, io.BytesIO(content))

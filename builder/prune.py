@@ -6,7 +6,7 @@ import docker
 import docker.errors
 
 VARIANT_LABEL = "io.imgbuild.variant"
-STAGE_LABEL = "io.imgbuild.stage"  # build stages the classic builder leaves behind as untagged images
+STAGE_LABEL = "io.imgbuild.stage"  # builder stages older imgbuild releases left behind (untagged)
 BASE_LABEL = "io.imgbuild.base"
 
 

@@ -18,6 +18,7 @@ import docker
 import docker.errors
 
 from . import engine, records
+from .context import HASH_LABEL
 from .errors import UserError
 from .variant import Variant
 
@@ -47,6 +48,13 @@ def target_refs(v: Variant, registry: str) -> tuple[str, ...]:
     """The variant's tags and aliases under `registry` (HOST[:PORT]/NAMESPACE)."""
     name = v.repository.rsplit("/", 1)[-1]
     return tuple(f"{registry.rstrip('/')}/{name}:{tag}" for tag in (*v.tags, *v.aliases))
+
+
+def hash_ref(v: Variant, registry: str, build_hash: str) -> str:
+    """Where an image is published under its build-input hash, so a build of the same inputs anywhere can
+    pull it instead of building (`imgbuild build --registry`)."""
+    name = v.repository.rsplit("/", 1)[-1]
+    return f"{registry.rstrip('/')}/{name}:build-{build_hash.removeprefix('sha256:')}"
 
 
 def _push_once(client: docker.DockerClient, ref: str, auth: dict[str, str] | None,
@@ -126,7 +134,8 @@ def publish(client: docker.DockerClient, v: Variant, registry: str, auth: dict[s
         why = "were never run on it" if record is None else f"failed ({record.counts.get('FAIL', 0)} FAIL)"
         raise UserError(f"{v.name}: not pushed: the smoke tests {why} for image {image_id[:19]}; run "
                         f"`imgbuild test --variant {v.name}`, or pass --force")
-    refs = target_refs(v, registry)
+    build_hash = (image.attrs.get("Config", {}).get("Labels") or {}).get(HASH_LABEL)
+    refs = target_refs(v, registry) + ((hash_ref(v, registry, build_hash),) if build_hash else ())
     digests = {}
     for ref in refs:
         repository, tag = ref.rsplit(":", 1)

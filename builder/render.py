@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import wheel_server, wheels
 from .errors import UserError
 from .variant import Variant
 
@@ -110,6 +111,38 @@ def lock_path(v: Variant, project: Project) -> Path:
     return project.locks / f"{v.name}.txt"
 
 
+@dataclass(frozen=True)
+class WheelLayer:
+    """One layer of locked wheels: its requirements (from the lock), named in the Dockerfile by digest."""
+
+    name: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return wheels.digest(self.text)
+
+    @property
+    def summary(self) -> str:
+        names = [line.split("==", 1)[0] for line in self.text.splitlines() if "==" in line]
+        shown = ", ".join(names[:16]) + (f" and {len(names) - 16} more" if len(names) > 16 else "")
+        return f"{len(names)} wheels: {shown}"
+
+
+def wheel_layers(v: Variant, project: Project) -> list[WheelLayer]:
+    """The variant's wheel layers from its lock (none without one: `imgbuild build` then refuses it and says
+    to lock). A jupyter image's one layer holds what its lock pins beyond its runtime image's lock."""
+    path = lock_path(v, project)
+    if not path.is_file():
+        return []
+    lock = wheels.parse(path.read_text(), str(path))
+    if v.parent is None:
+        return [WheelLayer(name, text) for name, text in wheels.layers(lock).items()]
+    parent = project.locks / f"{v.parent}.txt"
+    below = wheels.parse(parent.read_text(), str(parent)) if parent.is_file() else wheels.Lock((), ())
+    return [WheelLayer(v.flavor, wheels.added(lock, below))]
+
+
 def context(v: Variant, project: Project) -> list[ContextFile]:
     """Every file of the variant's build context, sorted by path. Files for the final image sit under
     rootfs/, at their place in the image: one `COPY rootfs/ /` with fixed directory times."""
@@ -117,9 +150,8 @@ def context(v: Variant, project: Project) -> list[ContextFile]:
     torch_pins = [("torch", v.torch), ("torchvision", v.torchvision), ("torchaudio", v.torchaudio),
                   ("triton", v.triton)]
     files = [ContextFile(f"{ROOTFS}/etc/imgbuild/variant.json", _variant_json(v), REGULAR)]
-    lock = lock_path(v, project)
-    if lock.is_file():  # without one, `imgbuild build` refuses the variant and says to lock it
-        files.append(ContextFile("requirements.lock", lock.read_bytes(), REGULAR))
+    layers = wheel_layers(v, project)
+    files += [ContextFile(f"wheels/{layer.name}.txt", layer.text.encode(), REGULAR) for layer in layers]
     if v.flavor == "jupyter":
         files += _static(project, {"start-jupyter": f"{ROOTFS}/usr/local/bin/start-jupyter",
                                    "jupyter_server_config.py": f"{ROOTFS}/etc/jupyter/jupyter_server_config.py"})
@@ -133,7 +165,8 @@ def context(v: Variant, project: Project) -> list[ContextFile]:
         ]
         template = "Dockerfile.j2"
     labels = {**v.labels(), INPUTS_LABEL: _PLACEHOLDER}
-    draft = env.get_template(template).render(v=v, labels=dict(sorted(labels.items())))
+    draft = env.get_template(template).render(v=v, labels=dict(sorted(labels.items())), wheel_layers=layers,
+                                              wheel_url=wheel_server.URL)
     # The label holds a hash of everything else in the context, the Dockerfile included.
     digest = _files_digest(sorted([*files, ContextFile("Dockerfile", draft.encode(), REGULAR)],
                                   key=lambda f: f.path))
@@ -215,11 +248,12 @@ def _cache_dir() -> Path:
 
 def _inputs_key(v: Variant, project: Project, matrix: Path) -> str:
     """A hash of everything a render of `v` reads: this package's code, the templates, the smoke payload,
-    the matrix and the variant's lock."""
+    the matrix and the variant's lock (and its runtime image's)."""
     h = hashlib.sha256(f"{v.name}\0{project.root}\0".encode())
     sources = [*sorted(Path(__file__).parent.glob("*.py")), *sorted(p for p in project.templates.rglob("*")
                                                                      if p.is_file()),
-               *sorted(project.smoke_tests.glob("*.py")), matrix, lock_path(v, project)]
+               *sorted(project.smoke_tests.glob("*.py")), matrix, lock_path(v, project),
+               *([project.locks / f"{v.parent}.txt"] if v.parent else [])]
     for path in sources:
         data = path.read_bytes() if path.is_file() else b"(none)"
         h.update(f"{path}\0{len(data)}\0".encode() + data)

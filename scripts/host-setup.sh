@@ -17,6 +17,12 @@ if ! command -v mmdebstrap >/dev/null 2>&1; then
     if can_install; then apt_install mmdebstrap; else say "mmdebstrap is missing (needed only where no registry answers): apt-get install mmdebstrap"; fi
 fi
 
+# The engine decompresses pulled layers with unpigz when it is on PATH (Docker 20.10+), about twice as fast as
+# Go's gzip: a registry hit (`imgbuild build --registry`) is mostly that.
+if ! command -v unpigz >/dev/null 2>&1; then
+    if can_install; then apt_install pigz; else say "pigz is missing (faster pulls): apt-get install pigz"; fi
+fi
+
 # --test: the push tests run Debian's docker-registry on 127.0.0.1, with htpasswd (apache2-utils) for auth.
 if [ "${1:-}" = "--test" ] && ! { command -v docker-registry && command -v htpasswd; } >/dev/null 2>&1; then
     if can_install; then apt_install docker-registry apache2-utils; else say "the push tests need: apt-get install docker-registry apache2-utils"; fi

@@ -99,20 +99,51 @@ def test_push_publishes_every_tag_on_one_digest_and_reads_it_back(client: docker
         assert result.returncode == 0, result.stderr[-3000:]
         pushed = re.findall(rf"^pushed {re.escape(host)}/ml/{NAME}:(\S+)@(sha256:[0-9a-f]{{64}})$", result.stdout,
                             flags=re.M)
-        assert sorted(tag for tag, _ in pushed) == sorted(TAGS)
+        build_tag = "build-" + client.images.get(image_id).labels["io.imgbuild.build-hash"].removeprefix("sha256:")
+        assert sorted(tag for tag, _ in pushed) == sorted([*TAGS, build_tag]), "the tags, and the build hash's"
         digests = {digest for _, digest in pushed}
         assert len(digests) == 1, "every tag names the same manifest"
         digest = digests.pop()
         published = json.loads((tmp_path / "published.json").read_text())
         assert published == [{"variant": SMALL_VARIANT, "image_id": image_id, "digest": digest,
-                              "tags": [f"{host}/ml/{NAME}:{tag}" for tag in TAGS]}]
-        for tag in TAGS:
+                              "tags": [f"{host}/ml/{NAME}:{tag}" for tag in (*TAGS, build_tag)]}]
+        for tag in (*TAGS, build_tag):
             client.images.remove(f"{host}/ml/{NAME}:{tag}")
         pulled = client.images.pull(f"{host}/ml/{NAME}@{digest}")
         assert pulled.id == image_id, "the same config, so the same image ID"
         assert pulled.labels == client.images.get(image_id).labels
         assert pulled.labels["io.imgbuild.variant"] == SMALL_VARIANT
         client.images.remove(f"{host}/ml/{NAME}@{digest}")
+
+
+def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: docker.DockerClient,
+                                                                    small_image: tuple[Path, str],
+                                                                    tmp_path: Path) -> None:
+    """A fresh runner: the image is not here, the registry has it under its build hash; the build pulls it
+    (the same image ID) instead of building, and a registry without it means a real build."""
+    matrix, image_id = small_image
+    with registry(tmp_path) as host:
+        empty = f"{host}/empty"
+        pushed = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                          "--force", timeout=600)
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        for tag in [t for t in client.images.get(image_id).tags]:
+            client.images.remove(tag)
+        client.images.remove(image_id, force=True)  # and the build cache below it: nothing left to reuse
+        result = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                          "--json", str(tmp_path / "pulled.json"), "--log-dir", str(tmp_path / "logs"), timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads((tmp_path / "pulled.json").read_text())[0]["status"] == "pulled"
+        assert not (tmp_path / "logs").exists(), "no build ran"
+        image = client.images.get(f"{NAME}:{TAGS[1]}")
+        assert image.id == image_id, "the pushed image itself"
+        assert sorted(image.tags) == sorted(f"{NAME}:{tag}" for tag in TAGS), "no build-hash tag left here"
+        rebuilt = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", empty,
+                           "--force", "--json", str(tmp_path / "built.json"), "--log-dir", str(tmp_path / "logs"),
+                           timeout=1200)
+        assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+        assert json.loads((tmp_path / "built.json").read_text())[0]["status"] == "built"
+        assert client.images.get(f"{NAME}:{TAGS[1]}").id == image_id, "and a real build gives the same image"
 
 
 def test_an_untested_image_is_refused_unless_forced(small_image: tuple[Path, str], tmp_path: Path) -> None:

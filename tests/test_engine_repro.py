@@ -1,6 +1,6 @@
 """Bit-for-bit rebuilds against the real engine, on a small variant that goes through everything the torch
 images do: a base bootstrapped twice independently, the distro packages in it (no apt), useradd, the venv,
-a hash-locked pip install with .pyc files, the same stages and the same COPY layout; only the lock is small.
+hash-locked uv installs from the host's wheel cache with .pyc files, the same layers; only the lock is small.
 The torch-size run is `make verify-repro`."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from builder import engine
+from builder import engine, repro
 
 from .conftest import imgbuild
 from .engine_helpers import SMALL_VARIANT, small_project
@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.network]
 VARIANT = SMALL_VARIANT
 NAME = "imgbuild-test-repro"
 TIMEOUT_S = 1200
+EPOCH = 1735689600  # matrix.yaml's source_date_epoch
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +56,16 @@ def test_two_builds_from_two_bootstraps_give_one_image_id(client: docker.DockerC
     log = (tmp_path / "logs2" / f"{VARIANT}.log").read_text()
     assert "Running in" not in log and log.count("Using cache") >= 10, log[-2000:]
     assert client.images.get(f"{NAME}:2.7.1-cuda12.6-cudnn9-debian12-runtime").id == m[1]
+    # Normalising rebuilds the config from the engine's inspect and history answers, without `docker save`:
+    # it must be the very config the saved image holds.
+    digest = image.labels["io.imgbuild.build-hash"]
+    own = [i for i in client.images.list(all=True, filters={"label": f"io.imgbuild.build-hash={digest}"})
+           if not repro.is_normalised(i.attrs, EPOCH)]
+    assert own, "the builder's own image is kept as the build cache"
+    from_engine = repro.engine_config(client, str(own[0].id))
+    assert from_engine is not None, "the history says which steps made layers"
+    saved = repro.read(client, str(own[0].id), EPOCH)
+    assert repro.normalised_config(from_engine, EPOCH) == repro.normalised_config(saved.config, EPOCH)
 
 
 def test_verify_repro_names_a_planted_source_of_nondeterminism(client: docker.DockerClient,
