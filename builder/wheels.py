@@ -149,13 +149,19 @@ class Target:
         return {str(t): i for i, t in enumerate(order)}
 
 
-def _rank(filename: str, ranks: dict[str, int]) -> int | None:
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+def _rank(filename: str, entry: Locked, ranks: dict[str, int]) -> int | None:
+    """How well the wheel `filename` fits the target (lower is better); None where it does not fit, or is not
+    `entry`'s project and version: a hash alone must not let a lock edited to another version pass."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+    from packaging.version import InvalidVersion, Version
 
     try:
-        found = [ranks[str(t)] for t in parse_wheel_filename(filename)[3] if str(t) in ranks]
-    except InvalidWheelFilename:
+        name, version, _, tags = parse_wheel_filename(filename)
+        if name != canonicalize_name(entry.name) or version != Version(entry.version):
+            return None
+    except (InvalidWheelFilename, InvalidVersion):
         return None
+    found = [ranks[str(t)] for t in tags if str(t) in ranks]
     return min(found) if found else None
 
 
@@ -166,7 +172,7 @@ def cached(entry: Locked, target: Target, ranks: dict[str, int] | None = None) -
     for h in entry.hashes:
         link = root() / "sha256" / h
         if link.is_file():
-            rank = _rank(link.resolve().name, ranks)
+            rank = _rank(link.resolve().name, entry, ranks)
             if rank is not None and (best is None or rank < best[0]):
                 best = (rank, link.resolve())
     return best[1] if best else None
@@ -279,7 +285,7 @@ def ensure(lock: Lock, target: Target, where: str, ca_bundle: Path | None,
         for index in lock.indexes:
             try:
                 fitting = [(rank, c) for c in _candidates(index, entry.name, context)
-                           if c.sha256 in allowed and (rank := _rank(c.filename, ranks)) is not None]
+                           if c.sha256 in allowed and (rank := _rank(c.filename, entry, ranks)) is not None]
             except (urllib.error.URLError, OSError) as exc:
                 raise UserError(f"{where}: cannot list {entry.name} at {index} ({_reason(exc)}); check the "
                                 f"network, or pass --ca-bundle behind a TLS-intercepting proxy") from None

@@ -116,36 +116,6 @@ def test_push_publishes_every_tag_on_one_digest_and_reads_it_back(client: docker
         client.images.remove(f"{host}/ml/{NAME}@{digest}")
 
 
-def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: docker.DockerClient,
-                                                                    small_image: tuple[Path, str],
-                                                                    tmp_path: Path) -> None:
-    """A fresh runner: the image is not here, the registry has it under its build hash; the build pulls it
-    (the same image ID) instead of building, and a registry without it means a real build."""
-    matrix, image_id = small_image
-    with registry(tmp_path) as host:
-        empty = f"{host}/empty"
-        pushed = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
-                          "--force", timeout=600)
-        assert pushed.returncode == 0, pushed.stderr[-3000:]
-        for tag in [t for t in client.images.get(image_id).tags]:
-            client.images.remove(tag)
-        client.images.remove(image_id, force=True)  # and the build cache below it: nothing left to reuse
-        result = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
-                          "--json", str(tmp_path / "pulled.json"), "--log-dir", str(tmp_path / "logs"), timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert json.loads((tmp_path / "pulled.json").read_text())[0]["status"] == "pulled"
-        assert not (tmp_path / "logs").exists(), "no build ran"
-        image = client.images.get(f"{NAME}:{TAGS[1]}")
-        assert image.id == image_id, "the pushed image itself"
-        assert sorted(image.tags) == sorted(f"{NAME}:{tag}" for tag in TAGS), "no build-hash tag left here"
-        rebuilt = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", empty,
-                           "--force", "--json", str(tmp_path / "built.json"), "--log-dir", str(tmp_path / "logs"),
-                           timeout=1200)
-        assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
-        assert json.loads((tmp_path / "built.json").read_text())[0]["status"] == "built"
-        assert client.images.get(f"{NAME}:{TAGS[1]}").id == image_id, "and a real build gives the same image"
-
-
 def test_an_untested_image_is_refused_unless_forced(small_image: tuple[Path, str], tmp_path: Path) -> None:
     matrix, image_id = small_image
     with registry(tmp_path) as host:
@@ -172,7 +142,7 @@ def test_a_wrong_password_fails_clearly_after_one_attempt(small_image: tuple[Pat
         right = imgbuild(*args, env={"IMGBUILD_REGISTRY_USER": "ci"}, stdin="right-password\n", timeout=600)
         assert right.returncode == 0, right.stderr[-2000:]
         assert "right-password" not in right.stdout + right.stderr
-        assert right.stdout.count("pushed ") == 2
+        assert right.stdout.count("pushed ") == 3, "both tags and the build hash's"
 
 
 def test_a_registry_that_goes_away_mid_push_fails_after_the_retries(small_image: tuple[Path, str],
@@ -205,3 +175,32 @@ def test_a_read_only_registry_is_a_clear_error_not_retried(small_image: tuple[Pa
     assert re.search(r"push failed \(not retried: not a connection failure\): .*; the registry refuses writes "
                      r"\(HTTP 405: read-only, or a pull-through mirror\)$", result.stderr, flags=re.M), result.stderr
     assert "retrying" not in result.stderr
+
+
+def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: docker.DockerClient,
+                                                                    small_image: tuple[Path, str],
+                                                                    tmp_path: Path) -> None:
+    """Last in this module, as it removes the image the others push. A fresh runner: the image is not here,
+    the registry has it under its build hash; the build pulls it (the same image ID) instead of building, and
+    a registry without it means a real build."""
+    matrix, image_id = small_image
+    with registry(tmp_path) as host:
+        empty = f"{host}/empty"
+        pushed = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                          "--force", timeout=600)
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        client.images.remove(image_id, force=True)  # every tag, and the build cache below: nothing to reuse
+        result = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                          "--json", str(tmp_path / "pulled.json"), "--log-dir", str(tmp_path / "logs"), timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads((tmp_path / "pulled.json").read_text())[0]["status"] == "pulled"
+        assert not (tmp_path / "logs").exists(), "no build ran"
+        image = client.images.get(f"{NAME}:{TAGS[1]}")
+        assert image.id == image_id, "the pushed image itself"
+        assert sorted(image.tags) == sorted(f"{NAME}:{tag}" for tag in TAGS), "no build-hash tag left here"
+        rebuilt = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", empty,
+                           "--force", "--json", str(tmp_path / "built.json"), "--log-dir", str(tmp_path / "logs"),
+                           timeout=1200)
+        assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+        assert json.loads((tmp_path / "built.json").read_text())[0]["status"] == "built"
+        assert client.images.get(f"{NAME}:{TAGS[1]}").id == image_id, "and a real build gives the same image"

@@ -133,6 +133,17 @@ def test_a_pin_with_no_fitting_wheel_names_the_lock_and_the_way_out(cache: Path,
         wheels.ensure(lock, TARGET, "locks/x.txt", None, lambda _: None)
 
 
+def test_a_cached_hash_under_another_version_is_not_taken_for_the_pin(cache: Path, index: Index) -> None:
+    """A lock edited to another version but keeping the old hash: the cached wheel of 1.0 must not stand in
+    for 2.0 (the build's uv would refuse it much later), so the pin goes to the index and is refused there."""
+    cached = index.serve("demo", "demo-1.0-py3-none-any.whl", wheel_bytes("demo", b"1.0"))
+    wheels.ensure(wheels.parse(lock_text(index.url, {"demo": ("1.0", [cached])}), "x.txt"), TARGET, "x.txt",
+                  None, lambda _: None)
+    edited = wheels.parse(lock_text(index.url, {"demo": ("2.0", [cached])}), "x.txt")
+    with pytest.raises(UserError, match=r"^x.txt: no wheel of demo==2.0 with a locked hash fits"):
+        wheels.ensure(edited, TARGET, "x.txt", None, lambda _: None)
+
+
 def test_the_server_serves_the_cache_and_frees_its_port(cache: Path) -> None:
     digest = wheels.write_requirements("demo==1.0 \\\n    --hash=sha256:" + "a" * 64 + "\n")
     with wheel_server.serving() as url, wheel_server.serving() as again:  # two builds of one process (--jobs)
