@@ -250,7 +250,22 @@ def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: 
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     step, image_id, error = "", None, None
     began, starts = time.monotonic(), []
+
+    def take(line: str) -> None:
+        nonlocal step
+        line = _ANSI.sub("", line).rstrip("\r")
+        tail.append(line)
+        if m := _STEP.match(line):
+            step = line
+            starts.append(f"{m.group(1)}={time.monotonic() - began:.1f}")
+            rep.step(name, int(m.group(1)), int(m.group(2)), m.group(3))
+        elif m := _RUNNING.search(line):
+            run.containers.append(m.group(1))
+        elif m := _LAYER.match(line):
+            run.layers.add(m.group(1))
+
     with log_path.open("w", encoding="utf-8") as log:
+        pending = ""  # a step's output arrives in pieces that need not end at a line's end (uv's colour codes)
         try:
             # The host's network: the RUN steps fetch from the wheel cache served on its loopback.
             stream = client.api.build(fileobj=io.BytesIO(tar), custom_context=True, buildargs=buildargs,
@@ -260,22 +275,17 @@ def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: 
                 if "stream" in chunk:
                     text = str(chunk["stream"])
                     log.write(text)
-                    for line in _ANSI.sub("", text).splitlines():
-                        tail.append(line)
-                        if m := _STEP.match(line):
-                            step = line
-                            starts.append(f"{m.group(1)}={time.monotonic() - began:.1f}")
-                            rep.step(name, int(m.group(1)), int(m.group(2)), m.group(3))
-                        elif m := _RUNNING.search(line):
-                            run.containers.append(m.group(1))
-                        elif m := _LAYER.match(line):
-                            run.layers.add(m.group(1))
+                    *lines, pending = (pending + text).split("\n")
+                    for line in lines:
+                        take(line)
                 elif "error" in chunk:
                     error = _COMMAND.sub("the step's command returned", str(chunk["error"]).strip())
                     log.write(f"ERROR: {error}\n")
                 elif "aux" in chunk and isinstance(chunk["aux"], dict):
                     image_id = chunk["aux"].get("ID", image_id)
-                    starts.append(f"end={time.monotonic() - began:.1f}")
+            if pending:
+                take(pending)
+            starts.append(f"end={time.monotonic() - began:.1f}")
         except KeyboardInterrupt:
             log.write("INTERRUPTED\n")
             client.close()  # drops the connection, which makes the engine cancel the build
