@@ -56,7 +56,7 @@ unit: setup
 	$(BIN)/pytest
 
 ## Build speed, image size and layer sharing against a naive Dockerfile, in one invocation: a table on stdout
-## and bench/results/ (results.md, results.json, chart.png). About an hour and ~30 GB of disk at BENCH_RUNS=3;
+## and bench/results/ (results.md, results.json, chart.png). About 30 minutes and ~30 GB of disk at BENCH_RUNS=3;
 ## not part of `make test`. It removes every image but the bootstrapped bases.
 bench: setup test-engine
 	$(BIN)/uv sync --frozen --extra dev --extra bench --quiet
