@@ -382,7 +382,7 @@ def main() -> None:
         "naive_size": naive_size,
         "base_size": base_size, "wheels_installed": installed, "wheels_download": download, "pyc": pyc,
         "pyc_twice": twice,
-        "record_files_checked": checked, "record_mismatches": bad, "smoke": smoke.stdout[-600:],
+        "record_files_checked": checked, "record_mismatches": bad, "smoke": "\n".join(smoke.stdout.splitlines()[-8:]),
         "smoke_seconds": smoke_seconds, "cold_image_ids": sorted(image_ids), "steps": steps,
         "sizes": sizes, "shared_other": shared_bytes(layers[VARIANT], layers[OTHER]),
         "shared_jupyter": shared_bytes(layers[VARIANT], layers[JUPYTER]),
@@ -483,16 +483,16 @@ def chart(s: dict[str, Series], f: dict[str, object]) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    names = [("naive_cold", "naive, cold"), ("imgbuild_cold_cold_cache", "imgbuild, cold,\ncold wheel cache"),
-             ("imgbuild_cold_warm_cache", "imgbuild, cold,\nwarm wheel cache"),
-             ("registry_pull", "imgbuild,\nregistry pull"), ("unchanged_imgbuild", "imgbuild,\nunchanged")]
+    names = [("naive_cold", "naive,\ncold"), ("imgbuild_cold_cold_cache", "imgbuild,\ncold, cold\nwheel cache"),
+             ("imgbuild_cold_warm_cache", "imgbuild,\ncold, warm\nwheel cache"),
+             ("registry_pull", "imgbuild,\nregistry\npull"), ("unchanged_imgbuild", "imgbuild,\nunchanged")]
     med = [s[k].median for k, _ in names]
     err = [[s[k].median - min(s[k].values) for k, _ in names], [max(s[k].values) - s[k].median for k, _ in names]]
     left.bar([label for _, label in names], med, yerr=err, capsize=4, color=["#999"] + ["#2a7"] * 4)
     left.set_ylabel("seconds (median, min-max)")
     left.set_title("Build time")
     for i, m in enumerate(med):
-        left.text(i, m, f"{m:.1f}", ha="center", va="bottom")
+        left.text(i + 0.1, m, f"{m:.1f}", ha="left", va="bottom")  # beside the min-max bar, not under it
     sizes = [("floor", int(f["base_size"]) + int(f["wheels_installed"])),  # type: ignore[call-overload]
              ("imgbuild", int(f["image_size"])), ("naive", int(f["naive_size"])),  # type: ignore[call-overload]
              ("3 images:\nsum of sizes", int(f["sum_sizes"])), ("3 images:\ndisk used", int(f["disk_unique"]))]  # type: ignore[call-overload]
