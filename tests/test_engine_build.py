@@ -187,7 +187,10 @@ def test_sigint_mid_run_cancels_removes_its_container_and_exits_130(client: dock
     before = containers(client)
     proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "build", "--matrix",
                              str(matrix), "--no-cache", "--log-dir", str(tmp_path / "logs")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # As from a terminal: a suite started in the background (`cmd &` without job
+                            # control) inherits SIGINT ignored, and Python then installs no Ctrl-C handler.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     for line in proc.stderr:
         if re.search(r"step \d+/\d+: RUN", line):
