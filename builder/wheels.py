@@ -152,12 +152,12 @@ class Target:
 def _rank(filename: str, entry: Locked, ranks: dict[str, int]) -> int | None:
     """How well the wheel `filename` fits the target (lower is better); None where it does not fit, or is not
     `entry`'s project and version: a hash alone must not let a lock edited to another version pass."""
-    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from packaging.version import InvalidVersion, Version
 
     try:
         name, version, _, tags = parse_wheel_filename(filename)
-        if name != canonicalize_name(entry.name) or version != Version(entry.version):
+        if name != normalise(entry.name) or version != Version(entry.version):
             return None
     except (InvalidWheelFilename, InvalidVersion):
         return None
@@ -172,9 +172,10 @@ def cached(entry: Locked, target: Target, ranks: dict[str, int] | None = None) -
     for h in entry.hashes:
         link = root() / "sha256" / h
         if link.is_file():
-            rank = _rank(link.resolve().name, entry, ranks)
+            wheel = link.resolve()
+            rank = _rank(wheel.name, entry, ranks)
             if rank is not None and (best is None or rank < best[0]):
-                best = (rank, link.resolve())
+                best = (rank, wheel)
     return best[1] if best else None
 
 
