@@ -33,6 +33,18 @@ with zipfile.ZipFile(d / 'torch-2.6.0-py3-none-any.whl', 'w') as z:
 """
 
 
+def test_no_build_time_leftovers_anywhere(host: Any) -> None:
+    # First in this file: later checks write to /tmp in the same container. As root: the default user
+    # cannot list /root (0700), which is how uv's interpreter cache in /root/.cache/uv (a file time and the
+    # build host's CPU flags) went unnoticed.
+    import testinfra  # type: ignore[import-untyped]  # ships no type information
+
+    root = testinfra.get_host(f"docker://root@{host.backend.name}")
+    found = root.run("find /root/.cache /home/user/.cache /tmp /var/tmp -mindepth 1 -maxdepth 2 "
+                     "-print 2>/dev/null")
+    assert found.stdout.strip() == "", f"a build left files in the image: {found.stdout.strip()[:300]}"
+
+
 def test_default_user_is_not_root(host: Any) -> None:
     uid = int(host.check_output("id -u"))
     assert uid != 0, "the image's default user is root (uid 0); it must run as a non-root user"
