@@ -69,7 +69,7 @@ quick: setup
 lint: setup
 	$(BIN)/ruff check builder smoke_tests tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m builder.lint_dockerfiles
+	$(BIN)/python -m builder.checks.lint_dockerfiles
 
 render: setup
 	$(BIN)/imgbuild render --all

@@ -31,8 +31,11 @@ import docker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder import engine, render, wheels  # noqa: E402  (the project root, above)
-from builder.matrix import load  # noqa: E402
+from builder.engine import client as engine  # noqa: E402  (the project root, above)
+from builder.host import wheels  # noqa: E402
+from builder.matrix.resolve import load  # noqa: E402
+from builder.plan import lockfile  # noqa: E402
+from builder.plan.project import Project  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 IMGBUILD = str(Path(sys.executable).parent / "imgbuild")
@@ -195,8 +198,8 @@ def installed_size(variant: str) -> tuple[int, int]:
     for the variant's Python and platform, from the wheel cache."""
     res = load(ROOT / "matrix.yaml")
     v = res.variant(variant)
-    path = render.lock_path(v, render.Project(ROOT))
-    lock = wheels.parse(path.read_text(), str(path))
+    path = Project(ROOT).lock_path(v)
+    lock = lockfile.parse(path.read_text(), str(path))
     target = wheels.Target(v.python, res.facts.os[v.os].glibc)
     installed = download = 0
     for entry in lock.entries:
@@ -245,7 +248,7 @@ def layer_sizes(client: docker.DockerClient, image: str) -> list[tuple[str, int]
     history = [h for h in reversed(client.api.history(image))]
     diff_ids = attrs["RootFS"]["Layers"]
     sizes = [int(h["Size"]) for h in history]
-    from builder.repro import engine_config
+    from builder.engine.normalise import engine_config
 
     config = engine_config(client, image)
     if config is None:

@@ -1,4 +1,5 @@
-"""Progress of long builds: rich on a terminal, plain lines in CI and logs."""
+"""Progress of long builds as the stages report it: plain lines (CI, logs); cli/progress_view.py draws
+the live terminal view."""
 
 from __future__ import annotations
 
@@ -6,10 +7,6 @@ import sys
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rich.progress import TaskID
 
 
 class Reporter:
@@ -39,43 +36,3 @@ class Reporter:
     def say(self, name: str, text: str) -> None:
         with self._lock:
             print(f"[{name}] {self.elapsed(name):6.1f}s {text}", file=sys.stderr, flush=True)
-
-
-class RichReporter(Reporter):
-    """One live line per variant: step k of n, the current instruction, elapsed time."""
-
-    def __init__(self) -> None:
-        # Imported here: plain lines (CI, pipes) never load rich's progress machinery.
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        super().__init__()
-        self._progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[name]}"),
-                                  TextColumn("{task.description}"), TimeElapsedColumn(),
-                                  console=Console(stderr=True), transient=False)
-        self._tasks: dict[str, TaskID] = {}
-
-    def __enter__(self) -> RichReporter:
-        self._progress.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._progress.stop()
-
-    def begin(self, name: str, what: str) -> None:
-        self._start[name] = time.monotonic()
-        self._tasks[name] = self._progress.add_task(what, name=name, total=None)
-
-    def step(self, name: str, k: int, n: int, instruction: str) -> None:
-        self._progress.update(self._tasks[name], description=f"step {k}/{n}: {instruction[:80]}")
-
-    def say(self, name: str, text: str) -> None:
-        if name in self._tasks:
-            self._progress.update(self._tasks[name], description=text)
-        else:
-            self._progress.console.print(f"[{name}] {text}", highlight=False)
-
-
-def reporter() -> Reporter:
-    return RichReporter() if sys.stderr.isatty() else Reporter()

@@ -19,10 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from smoke_tests.results import Result, Skip, summary
+from smoke_tests.results import RESULTS_MARKER, Result, Skip, summary
 
 CHECK_TIMEOUT_S = 300
-RESULTS_MARKER = "IMGBUILD-SMOKE-RESULTS "
 DDP_TIMEOUT_S = 300
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+# What the host-side runner looks for: the suite prints its results as one JSON line behind it.
+RESULTS_MARKER = "IMGBUILD-SMOKE-RESULTS "
+
 
 class Skip(Exception):
     """Raised by a check that cannot run here; the message is the reason, shown in every report."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from builder.matrix import load
-from builder.render import Project, context
+from builder.matrix.resolve import load
+from builder.plan.project import Project
+from builder.plan.render import context
 
-from .test_golden import GOLDEN, GOLDEN_VARIANTS, MATRIX, golden_text
+from .plan.test_golden import GOLDEN, GOLDEN_VARIANTS, MATRIX, golden_text
 
 if __name__ == "__main__":
     res = load(MATRIX)

@@ -1,0 +1,112 @@
+"""`imgbuild verify-repro VARIANT`: build twice without cache and compare the image IDs; when they differ,
+name each file that differs per layer, and how (content, mode, owner, mtime), the way diffoci does."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+
+import docker
+import docker.errors
+
+from ..engine import saved
+from ..engine.build import BuildOptions, build_one
+from ..engine.builder import BuildFailed
+from ..engine.normalise import normalised_config
+from ..errors import UserError
+from ..host import base
+from ..host.base import bootstrap_plan
+from ..matrix.resolve import Resolution
+from ..matrix.variant import Variant
+from ..plan.project import Project
+from ..progress import Reporter
+
+
+@dataclass(frozen=True)
+class LayerDiff:
+    index: int
+    lines: tuple[str, ...]
+
+
+def compare(client: docker.DockerClient, first: str, second: str, epoch: int, limit: int = 40) -> list[LayerDiff]:
+    """Per differing layer, the paths that differ and how; layer -1 is the config."""
+    a, b = saved.read(client, first, epoch, index=True), saved.read(client, second, epoch, index=True)
+    diffs = []
+    for i, (pa, pb) in enumerate(zip(a.layers, b.layers, strict=False)):
+        if a.diff_ids[pa] == b.diff_ids[pb]:
+            continue
+        ea, eb = a.entries[pa], b.entries[pb]
+        lines = []
+        for name in sorted(ea.keys() | eb.keys()):
+            if name not in eb:
+                lines.append(f"/{name}: only in the first build")
+            elif name not in ea:
+                lines.append(f"/{name}: only in the second build")
+            elif how := ea[name].how(eb[name]):
+                lines.append(f"/{name}: {', '.join(how)}")
+        if not lines:
+            lines.append("same entries and bytes; the tar headers differ (format or order)")
+        shown = lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
+        diffs.append(LayerDiff(i, tuple(shown)))
+    if len(a.layers) != len(b.layers):
+        diffs.append(LayerDiff(-1, (f"{len(a.layers)} layers against {len(b.layers)}",)))
+    ca, cb = json.loads(normalised_config(a.config, epoch)), json.loads(normalised_config(b.config, epoch))
+    ca.pop("rootfs", None)
+    cb.pop("rootfs", None)
+    if ca != cb:
+        keys = sorted(k for k in ca.keys() | cb.keys() if ca.get(k) != cb.get(k))
+        diffs.append(LayerDiff(-1, tuple(f"config {k} differs" for k in keys)))
+    return diffs
+
+
+@dataclass(frozen=True)
+class Verdict:
+    image_ids: tuple[str, str]
+    base_ids: tuple[str, ...]  # the base made anew before each build, when asked
+    diffs: tuple[LayerDiff, ...]
+
+    @property
+    def reproducible(self) -> bool:
+        return self.image_ids[0] == self.image_ids[1] and len(set(self.base_ids)) <= 1
+
+    def report(self) -> str:
+        lines = []
+        if self.base_ids:
+            ids = set(self.base_ids)
+            lines.append("base bootstrapped twice: " + (f"one image ID {self.base_ids[0]}" if len(ids) == 1
+                                                         else " != ".join(self.base_ids)))
+        if self.reproducible:
+            return "\n".join([*lines, f"reproducible: {self.image_ids[0]}"])
+        lines.append(f"NOT reproducible: {self.image_ids[0]} != {self.image_ids[1]}")
+        for d in self.diffs:
+            lines.append("config:" if d.index < 0 else f"layer {d.index}:")
+            lines += [f"  {line}" for line in d.lines]
+        return "\n".join(lines)
+
+
+def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Project, opts: BuildOptions,
+           rep: Reporter, rebootstrap: bool) -> Verdict:
+    if v.parent:
+        raise UserError(f"{v.name} builds on the runtime image {v.parent}: verify that one, then build this")
+    if rebootstrap and v.flavor == "devel":
+        raise UserError(f"{v.name} builds on an nvidia/cuda image, which cannot be bootstrapped")
+    image_ids, base_ids = [], []
+    for _ in range(2):
+        if rebootstrap:  # the base made anew from the archive each time, not taken from the first run
+            plan = bootstrap_plan(res, v.os)
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                client.images.remove(plan.ref)  # untags it; its layers stay while images built on it exist
+            base_ids.append(base.bootstrap(client, plan))
+        try:
+            result = build_one(client, res, v, project, opts, rep)
+        except BuildFailed as exc:
+            raise UserError(f"{v.name}: the build failed at {exc.step[:150]}: {exc.reason} (log: {exc.log})") from None
+        assert result.image_id is not None
+        image_ids.append(result.image_id)
+    diffs: tuple[LayerDiff, ...] = ()
+    if image_ids[0] != image_ids[1]:
+        diffs = tuple(compare(client, image_ids[0], image_ids[1], v.source_date_epoch))
+        with contextlib.suppress(docker.errors.APIError):
+            client.images.remove(image_ids[0])  # the first build's image: the tags are on the second's
+    return Verdict((image_ids[0], image_ids[1]), tuple(base_ids), diffs)

@@ -1,0 +1,401 @@
+"""The `imgbuild` command: one thin typer command per stage, no logic of its own."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .. import patterns
+from ..errors import CheckFailed, UserError
+from ..matrix import resolve as m
+from ..matrix.select import Filters, select, select_cells
+from ..plan import render
+from ..plan.project import Project
+
+# The engine-side modules (docker-py and what uses it), rich and jinja2 are imported inside the commands
+# that need them: an unchanged `build` answers in about a second, start-up included.
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Reproducible builds of GPU container images from matrix.yaml.")
+_state = {"debug": False}
+
+# Options shared by every command that reads the matrix, declared once.
+MatrixOpt = Annotated[
+    Path | None, typer.Option("--matrix", help="matrix file [default: $IMGBUILD_MATRIX or ./matrix.yaml]")
+]
+CudaOpt = Annotated[str | None, typer.Option("--cuda", help="CUDA line, e.g. 12.4")]
+TorchOpt = Annotated[str | None, typer.Option("--pytorch", help="2.7 (its newest release) or 2.7.0 (exact)")]
+OsOpt = Annotated[str | None, typer.Option("--os", help="e.g. ubuntu24.04")]
+FlavorOpt = Annotated[str | None, typer.Option("--flavor", help="runtime, devel or jupyter")]
+VariantOpt = Annotated[str | None, typer.Option("--variant", help="an image by name, tag or alias")]
+AllOpt = Annotated[bool, typer.Option("--all", help="every matching image, not only the defaults' one")]
+
+
+def _filters(os: str | None, cuda: str | None, pytorch: str | None, flavor: str | None,
+             variant: str | None, all_: bool) -> Filters:
+    return Filters(os=os, cuda=cuda, pytorch=pytorch, flavor=flavor, variant=variant, all=all_)
+
+
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False) -> None:
+    _state["debug"] = debug
+
+
+@app.command("matrix")
+def matrix_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    json_: Annotated[bool, typer.Option("--json", help="the resolved images, every field")] = False,
+    github: Annotated[bool, typer.Option("--github", help="a GitHub Actions strategy.matrix object")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="how each selected cell resolved, or why not")] = False,
+) -> None:
+    """Show the images a selection resolves to."""
+    from . import matrix_view  # rich: only where a table is drawn
+    if sum((json_, github, explain)) > 1:
+        raise UserError("--json, --github and --explain are exclusive; pick one")
+    res = m.load(m.matrix_path(matrix))
+    filters = _filters(os, cuda, pytorch, flavor, variant, all_)
+    if explain:
+        typer.echo(matrix_view.explain(res, select_cells(res, filters)))
+        return
+    variants = select(res, filters)
+    if json_:
+        typer.echo(matrix_view.as_json(variants))
+    elif github:
+        typer.echo(matrix_view.as_github(variants))
+    else:
+        hint = "" if all_ or variant else "defaults filled the axes you left out; --all lists every match"
+        matrix_view.table(variants, hint)
+
+
+@app.command("render")
+def render_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    check: Annotated[bool, typer.Option("--check", help="change nothing; exit 1 if images/ is not current")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="where the contexts go [default: images/]")] = None,
+) -> None:
+    """Render the selected variants' Dockerfiles into images/<variant>/Dockerfile."""
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    filters = _filters(os, cuda, pytorch, flavor, variant, all_)
+    variants = select(res, filters)
+    project = Project.for_matrix(path)
+    target = out or project.images
+    whole = all_ and filters == Filters(all=True)
+    expected = render.render_all(variants, project)
+    if check:
+        drift = render.compare(expected, target, whole)
+        if drift:
+            raise CheckFailed(f"{target} is not current with {path} and templates/; run `imgbuild render --all`:\n"
+                              + drift.report())
+        typer.echo(f"{len(variants)} contexts in {target} are current")
+        return
+    drift = render.write(expected, target, whole)
+    changed = len(drift.stale) + len(drift.missing) + len(drift.extra)
+    typer.echo(f"rendered {len(variants)} contexts into {target}: {len(drift.missing)} files added, "
+               f"{len(drift.stale)} updated, {len(drift.extra)} removed ({changed} changed)")
+
+
+@app.command("lock")
+def lock_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    check: Annotated[bool, typer.Option("--check", help="change nothing; exit 1 if a lock is stale")] = False,
+    bases: Annotated[bool, typer.Option(
+        "--bases", help="also pin the OS bases' registry digests into matrix.yaml")] = False,
+) -> None:
+    """Pin every wheel of the selected variants with its hashes (uv's resolver) into locks/<variant>.txt."""
+    from ..plan import lock
+
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    variants = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
+    project = Project.for_matrix(path)
+    if check:
+        results = lock.check(res, variants, project)
+        for r in results:
+            if r.status != "current":
+                typer.echo(f"{r.status:8} {r.variant}: {r.message}")
+        stale = [r for r in results if r.status == "stale"]
+        current = sum(r.status == "current" for r in results)
+        typer.echo(f"{current} locks current, {len(stale)} stale, {len(results) - current - len(stale)} missing")
+        if stale:
+            raise CheckFailed(f"{len(stale)} stale locks; run `imgbuild lock --all`")
+        return
+    results = lock.lock(res, variants, project)
+    for r in results:
+        typer.echo(f"{r.status:9} {r.variant}" + (f": {r.message}" if r.status == "failed" else ""))
+    failed = [r for r in results if r.status == "failed"]
+    typer.echo(f"{len(results) - len(failed)} variants locked into {project.locks}, {len(failed)} failed")
+    if bases:
+        from ..engine import client as engine
+        from ..plan import lock_bases
+
+        for line in lock_bases.pin(engine.connect(), res, path, variants):
+            typer.echo(line)
+    if failed:
+        raise typer.Exit(1)
+
+
+base_app = typer.Typer(no_args_is_help=True, help="OS base images made without a registry.")
+app.add_typer(base_app, name="base")
+
+
+@base_app.command("bootstrap")
+def base_bootstrap_cmd(
+    os_name: Annotated[str, typer.Argument(metavar="OS", help="an OS of the matrix, e.g. debian12")],
+    mirror: Annotated[str | None, typer.Option(
+        "--mirror", help="archive URL [default: the host's apt sources]")] = None,
+    keyring: Annotated[Path | None, typer.Option("--keyring", help="archive keyring [default: the host's]")] = None,
+    include: Annotated[str, typer.Option(
+        "--include", help="packages besides matrix.yaml's `packages`, comma-separated")] = "",
+    matrix: MatrixOpt = None,
+) -> None:
+    """Make an OS base image from the distro's archive (mmdebstrap) and load it as imgbuild/base:OS."""
+    from ..engine import client as engine
+    from ..host import base
+
+    res = m.load(m.matrix_path(matrix))
+    if os_name not in res.facts.os:
+        raise UserError(f"no OS {os_name} in {res.facts.file}; available: {', '.join(res.facts.os)}")
+    ref = base.bootstrapped_ref(os_name)
+    packages = res.facts.packages + tuple(x for x in include.split(",") if x)
+    plan = base.plan(res.facts.os[os_name], ref, mirror, keyring, packages, res.facts.source_date_epoch)
+    client = engine.connect()
+    typer.echo(f"bootstrapping {os_name} ({plan.os.suite}) from {plan.mirror} ...", err=True)
+    image_id = base.bootstrap(client, plan)
+    typer.echo(f"{ref} {image_id}")
+
+
+@app.command("build")
+def build_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="builds at a time")] = 1,
+    force: Annotated[bool, typer.Option(
+        "--force", help="rebuild even when an image with these inputs exists")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="rebuild every step (implies --force)")] = False,
+    ca_bundle: Annotated[Path | None, typer.Option(
+        "--ca-bundle", help="PEM CA bundle trusted for wheel downloads (TLS-intercepting proxies); never in an image",
+        exists=True, dir_okay=False, readable=True)] = None,
+    base_mirror: Annotated[str | None, typer.Option(
+        "--base-mirror", help="registry prefix to take base images from, e.g. mirror.local:5000")] = None,
+    bootstrap_base: Annotated[bool, typer.Option(
+        "--bootstrap-base", help="bootstrap an OS base that is neither here nor pullable (needs mmdebstrap)")] = False,
+    registry: Annotated[str | None, typer.Option(
+        "--registry", help="HOST[:PORT]/NAMESPACE where an image with the same build inputs is pulled instead of "
+        "built; \"\" for none [default: matrix.yaml's image.registry]")] = None,
+    log_dir: Annotated[Path, typer.Option("--log-dir", help="where each build's whole log goes")] = Path("logs"),
+    test: Annotated[bool, typer.Option("--test", help="then run `imgbuild test` on what was built")] = False,
+    json_file: Annotated[Path | None, typer.Option("--json", help="also write the results as JSON here")] = None,
+) -> None:
+    """Build the selected images through the Docker SDK and tag each with all its tags."""
+    from ..engine import build as b
+    from ..engine import client as engine
+    from . import build_view
+    from .progress_view import reporter
+
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    variants = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
+    if base_mirror is not None and not patterns.matches(patterns.REGISTRY, base_mirror):
+        raise UserError(f"--base-mirror {base_mirror!r}: expected HOST[:PORT][/PATH]")
+    hits = registry if registry is not None else res.facts.image.registry
+    if hits and not patterns.matches(patterns.REGISTRY, hits):
+        raise UserError(f"--registry {hits!r}: expected HOST[:PORT][/NAMESPACE]")
+    opts = b.BuildOptions(log_dir=log_dir.resolve(), force=force or no_cache, no_cache=no_cache,
+                          ca_bundle=ca_bundle, jobs=jobs, base_mirror=base_mirror, bootstrap_base=bootstrap_base,
+                          registry=hits or None)
+    client = engine.connect()
+    try:
+        with reporter() as rep:
+            results = b.build_all(client, res, variants, Project.for_matrix(path), opts, rep)
+    except KeyboardInterrupt:
+        typer.echo("imgbuild: interrupted: the build was cancelled and its containers removed", err=True)
+        raise typer.Exit(130) from None
+    build_view.summary(results)
+    if json_file:
+        import json
+
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(json.dumps(build_view.as_json(results), indent=2) + "\n")
+    if any(r.status == "failed" for r in results):
+        raise typer.Exit(1)
+    if test:
+        _run_tests([res.variant(r.variant).primary_ref for r in results], "auto", False, None, None)
+
+
+@app.command("verify-repro")
+def verify_repro_cmd(
+    variant: Annotated[str, typer.Argument(metavar="VARIANT", help="an image by name, tag or alias")],
+    matrix: MatrixOpt = None,
+    ca_bundle: Annotated[Path | None, typer.Option(
+        "--ca-bundle", help="PEM CA bundle trusted for wheel downloads; never in an image",
+        exists=True, dir_okay=False, readable=True)] = None,
+    rebootstrap: Annotated[bool, typer.Option(
+        "--rebootstrap", help="make the OS base anew from the archive before each build")] = False,
+    log_dir: Annotated[Path, typer.Option("--log-dir", help="where each build's whole log goes")] = Path("logs"),
+) -> None:
+    """Build VARIANT twice without cache and compare: "reproducible: <image id>", or what differs."""
+    from ..checks import verify_repro
+    from ..engine import build as b
+    from ..engine import client as engine
+    from .progress_view import reporter
+
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    chosen = select(res, Filters(variant=variant))
+    opts = b.BuildOptions(log_dir=log_dir.resolve(), force=True, no_cache=True,
+                          ca_bundle=ca_bundle, bootstrap_base=True)
+    client = engine.connect()
+    try:
+        with reporter() as rep:
+            verdict = verify_repro.verify(client, res, chosen[0], Project.for_matrix(path), opts, rep,
+                                          rebootstrap)
+    except KeyboardInterrupt:
+        typer.echo("imgbuild: interrupted: the build was cancelled and its containers removed", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(verdict.report())
+    if not verdict.reproducible:
+        raise typer.Exit(1)
+
+
+@app.command("test")
+def test_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    image: Annotated[list[str] | None, typer.Option("--image", help="test this image reference instead")] = None,
+    gpus: Annotated[str, typer.Option("--gpus", help="auto, all, none or a number")] = "auto",
+    require_gpu: Annotated[bool, typer.Option("--require-gpu", help="GPU skips become failures")] = False,
+    junit: Annotated[Path | None, typer.Option("--junit", help="write a JUnit XML report")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="write a JSON report")] = None,
+) -> None:
+    """Run the smoke suite and the image checks in a container of each image: PASS, FAIL or SKIP each."""
+    if gpus not in ("auto", "all", "none") and not gpus.isdigit():
+        raise UserError(f"--gpus {gpus!r}: expected auto, all, none or a number")
+    if image:
+        refs = list(image)
+    else:
+        res = m.load(m.matrix_path(matrix))
+        chosen = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
+        refs = [v.primary_ref for v in chosen]
+    _run_tests(refs, gpus, require_gpu, junit, json_file)
+
+
+def _run_tests(refs: list[str], gpus: str, require_gpu: bool, junit: Path | None, json_file: Path | None) -> None:
+    from ..checks import smoke
+    from ..engine import client as engine
+
+    client = engine.connect()
+    reports, header = [], ""
+    try:
+        for ref in refs:
+            header, report = smoke.test_image(client, ref, gpus, require_gpu)
+            reports.append(report)
+    except KeyboardInterrupt:
+        removed = smoke.remove_test_containers(client)
+        typer.echo(f"imgbuild: interrupted: removed {removed} test containers", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(smoke.text(header, reports))
+    if junit:
+        smoke.write_junit(junit, reports)
+    if json_file:
+        smoke.write_json(json_file, header, reports)
+    if any(r.failed for r in reports):
+        raise typer.Exit(1)
+
+
+@app.command("push")
+def push_cmd(
+    cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
+    variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
+    registry: Annotated[str | None, typer.Option(
+        "--registry", help="HOST[:PORT]/NAMESPACE [default: matrix.yaml's image.registry]")] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="write what was published")] = None,
+    force: Annotated[bool, typer.Option("--force", help="publish even without passed smoke tests")] = False,
+    password_stdin: Annotated[bool, typer.Option(
+        "--password-stdin", help="read the password of $IMGBUILD_REGISTRY_USER from stdin")] = False,
+) -> None:
+    """Push the selected images under all their tags and aliases; each digest is read back and checked."""
+    import json
+
+    from ..engine import client as engine
+    from ..publish import push
+
+    res = m.load(m.matrix_path(matrix))
+    variants = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
+    target = registry if registry is not None else res.facts.image.registry
+    if not target:
+        raise UserError(f"no registry: set image.registry in {res.facts.file} or pass --registry HOST/NAMESPACE")
+    if not patterns.matches(patterns.REGISTRY, target):
+        raise UserError(f"--registry {target!r}: expected HOST[:PORT][/NAMESPACE]")
+    auth = push.credentials(sys.stdin.readline().rstrip("\n") if password_stdin else None)
+    client = engine.connect()
+    published, failed = [], 0
+    for v in variants:
+        try:
+            result = push.publish(client, v, target, auth, force, lambda text: typer.echo(text, err=True))
+        except (push.PushError, UserError) as exc:
+            typer.echo(f"imgbuild: error: {exc}", err=True)
+            failed += 1
+            continue
+        published.append(result)
+        for ref in result.refs:
+            typer.echo(f"pushed {ref}@{result.digest}")
+    if json_file:
+        json_file.write_text(json.dumps([{"variant": p.variant, "image_id": p.image_id, "digest": p.digest,
+                                          "tags": list(p.refs)} for p in published], indent=2) + "\n")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("doctor")
+def doctor_cmd(matrix: MatrixOpt = None) -> None:
+    """Check the engine, disk, NVIDIA runtime, GPUs and drivers against the matrix: one line each."""
+    from ..engine import doctor
+
+    found = doctor.checks(m.load(m.matrix_path(matrix)).facts)
+    for check in found:
+        typer.echo(check.line())
+    if any(c.status == "FAIL" for c in found):
+        raise typer.Exit(1)
+
+
+@app.command("prune")
+def prune_cmd(
+    bases: Annotated[bool, typer.Option("--bases", help="also bootstrapped base images")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would go")] = False,
+) -> None:
+    """Remove the images (and their build cache) imgbuild made, found by label."""
+    from ..engine import client as engine
+    from ..engine import prune
+
+    names, freed = prune.prune(engine.connect(), bases, dry_run)
+    for name in names:
+        typer.echo(("would remove " if dry_run else "removed ") + name)
+    if not dry_run:
+        typer.echo(f"freed {freed / 1e9:.2f} GB ({len(names)} images)")
+
+
+def main() -> None:
+    """Entry point: one-line errors with exit code 2 (1 for failed checks) unless --debug.
+
+    typer's standalone mode already turns usage errors into exit code 2 with a usage line.
+    """
+    try:
+        app()
+    except (UserError, CheckFailed) as exc:
+        if _state["debug"]:
+            raise
+        print(f"imgbuild: error: {exc}" if isinstance(exc, UserError) else str(exc), file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # a bug, or an engine failure nothing above expected
+        if _state["debug"]:
+            raise
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        print(f"imgbuild: internal error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        sys.exit(70)

@@ -1,0 +1,241 @@
+"""Build the selected variants: their inputs (a verified context, a base, the wheel cache), an image with the
+same inputs reused or pulled where there is one, else a build by the Builder, normalised and tagged with all
+its tags only once it succeeded."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from ..errors import UserError
+from ..host import base, wheel_server, wheels
+from ..host.base import bootstrap_plan, bootstrapped_ref
+from ..matrix.resolve import Resolution
+from ..matrix.variant import Variant
+from ..plan import lockfile
+from ..plan.context import HASH_LABEL, BuildInputs, context_tar, hash_ref
+from ..plan.layers import WHEEL_URL, wheel_layers
+from ..plan.project import Project
+from ..plan.render import verified_context
+from ..progress import Reporter
+from . import client as engine
+from . import normalise
+from .builder import Builder, BuildFailed, ClassicBuilder
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    log_dir: Path
+    force: bool = False
+    no_cache: bool = False
+    ca_bundle: Path | None = None  # trusted for wheel downloads on the host; no build step sees it
+    registry: str | None = None  # HOST[:PORT]/NAMESPACE: an image there with these inputs is pulled, not built
+    jobs: int = 1
+    base_mirror: str | None = None  # a registry prefix standing in for Docker Hub / nvcr.io
+    bootstrap_base: bool = False  # bootstrap an OS base that is neither here nor pullable
+    # What turns a context into an image: the engine's classic builder unless another joins.
+    builder: Callable[[docker.DockerClient], Builder] = ClassicBuilder
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    variant: str
+    status: str  # built | up-to-date | pulled | failed
+    seconds: float
+    image_id: str | None = None
+    refs: tuple[str, ...] = ()
+    size: int | None = None
+    log: Path | None = None
+    message: str = ""
+    fetched: wheels.Fetched | None = None  # what the host's wheel cache had to download for this build
+
+
+def order(res: Resolution, variants: list[Variant]) -> list[list[Variant]]:
+    """Waves that can build in parallel: everything else first, then jupyter images on their runtime
+    image, which joins the first wave when it was not selected."""
+    chosen = {v.name: v for v in variants}
+    for v in variants:
+        if v.parent and v.parent not in chosen:
+            chosen[v.parent] = res.variant(v.parent)
+    first = [v for v in res.variants if v.name in chosen and v.flavor != "jupyter"]
+    second = [v for v in res.variants if v.name in chosen and v.flavor == "jupyter"]
+    return [wave for wave in (first, second) if wave]
+
+
+def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts: BuildOptions) -> tuple[str, str]:
+    """The FROM image to use and its ID: the matrix's reference (through a mirror when given), or the
+    bootstrapped one; pulled only when neither is here."""
+    if v.parent_ref:
+        image = engine.image_or_none(client, v.parent_ref)
+        if image is None:
+            raise UserError(f"{v.name} builds on {v.parent_ref}, which is not here; build {v.parent} first")
+        return v.parent_ref, str(image.id)
+    wanted = f"{opts.base_mirror.rstrip('/')}/{v.base_image}" if opts.base_mirror else v.base_image
+    candidates = [wanted] if opts.base_mirror else [wanted, bootstrapped_ref(v.os)]
+    for ref in candidates:
+        image = engine.image_or_none(client, ref)
+        if image is not None:
+            return ref, str(image.id)
+    try:
+        image = client.images.pull(wanted)
+    except docker.errors.APIError as exc:
+        if opts.bootstrap_base and v.flavor != "devel":
+            plan = bootstrap_plan(res, v.os)
+            return plan.ref, base.bootstrap(client, plan)
+        offer = (f"make one with `imgbuild base bootstrap {v.os}`, or " if v.flavor != "devel" else "")
+        reason = str(exc.explanation or exc).splitlines()[0][:160]
+        raise UserError(f"base image {wanted} for {v.name} is not here and cannot be pulled ({reason}); "
+                        f"{offer}pass --base-mirror REGISTRY/PREFIX") from None
+    return wanted, str(image.id)
+
+
+def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
+           opts: BuildOptions) -> BuildInputs:
+    """The build's inputs, the base reference among its arguments; refuses a context that is not current.
+
+    The context is images/<variant>/Dockerfile, once it is known to equal what renders, with the files every
+    image ships (plan.render.verified_context)."""
+    if not project.lock_path(v).is_file():
+        raise UserError(f"{v.name} has no lock ({project.lock_path(v)}); run `imgbuild lock --variant "
+                        f"{v.name}` where its wheel index ({v.wheel_index or 'PyPI'}) answers")
+    rendered = verified_context(v, project, Path(res.facts.file))
+    base_ref, base_id = resolve_base(client, res, v, opts)
+    arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
+    return BuildInputs(tuple(rendered), base_id, ((arg, base_ref),))
+
+
+def up_to_date(client: docker.DockerClient, digest: str, epoch: int) -> str | None:
+    """The ID of a local image built from exactly these inputs and normalised, if there is one (the builder's
+    own image, kept as the build cache, carries the same label)."""
+    found = client.images.list(filters={"label": f"{HASH_LABEL}={digest}"})
+    return next((str(i.id) for i in found if normalise.is_normalised(i.attrs, epoch)), None)
+
+
+def tag_all(client: docker.DockerClient, image_id: str, v: Variant) -> None:
+    for ref in v.refs():
+        repository, tag = ref.rsplit(":", 1)
+        client.api.tag(image_id, repository, tag, force=True)
+
+
+def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
+                   opts: BuildOptions, rep: Reporter) -> wheels.Fetched:
+    """Everything the build's RUN steps fetch from the host: the lock's wheels for this image's Python and
+    platform (downloaded only when not cached), each layer's requirements, and uv."""
+    path = project.lock_path(v)
+    arch = str(client.info().get("Architecture") or "x86_64")
+    target = wheels.Target(v.python, res.facts.os[v.os].glibc, arch)
+    rep.begin(v.name, "checking the wheel cache")
+    fetched = wheels.ensure(lockfile.parse(path.read_text(), str(path)), target, str(path), opts.ca_bundle,
+                            lambda text: rep.say(v.name, text))
+    for layer in wheel_layers(v, project):
+        wheels.write_requirements(layer.text)
+    wheels.install_tool(arch)
+    return fetched
+
+
+def pull_built(client: docker.DockerClient, v: Variant, registry: str, digest: str, epoch: int,
+               rep: Reporter) -> str | None:
+    """The image with these build inputs from `registry` (pushed under its build-hash tag), pulled; None when
+    the registry does not have it. A pulled image must carry the same build hash, normalised."""
+    ref = hash_ref(v, registry, digest)
+    repository, tag = ref.rsplit(":", 1)
+    rep.begin(v.name, f"looking for {ref}")
+    try:
+        for chunk in client.api.pull(repository, tag=tag, stream=True, decode=True):
+            if "error" in chunk:
+                raise docker.errors.APIError(str(chunk["error"]))
+    except docker.errors.APIError as exc:  # not there, or the registry did not answer: build it
+        rep.say(v.name, f"not pulled ({str(exc.explanation or exc).splitlines()[0][:120]}); building")
+        return None
+    image = engine.image_or_none(client, ref)
+    if image is None:
+        return None
+    labels = image.attrs.get("Config", {}).get("Labels") or {}
+    if labels.get(HASH_LABEL) != digest or not normalise.is_normalised(image.attrs, epoch):
+        client.api.remove_image(ref)
+        rep.say(v.name, f"{ref} carries other build inputs; building instead")
+        return None
+    return str(image.id)
+
+
+def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
+              opts: BuildOptions, rep: Reporter) -> BuildResult:
+    start = time.monotonic()
+    rep.begin(v.name, "resolving inputs")
+    build_inputs = inputs(client, res, v, project, opts)
+    digest = build_inputs.digest()
+    existing = None if (opts.force or opts.no_cache) else up_to_date(client, digest, v.source_date_epoch)
+    if existing:
+        tag_all(client, existing, v)
+        rep.say(v.name, "up to date: tagged")
+        return BuildResult(v.name, "up-to-date", time.monotonic() - start, existing, v.refs(),
+                           client.images.get(existing).attrs.get("Size"))
+    if opts.registry and not (opts.force or opts.no_cache):
+        pulled = pull_built(client, v, opts.registry, digest, v.source_date_epoch, rep)
+        if pulled:
+            tag_all(client, pulled, v)
+            # The variant's own tags hold it now; the build-hash tag is for registries, not for `docker images`.
+            client.api.remove_image(hash_ref(v, opts.registry, digest), noprune=True)
+            rep.say(v.name, f"pulled {pulled[:19]} from {opts.registry}: same build inputs")
+            return BuildResult(v.name, "pulled", time.monotonic() - start, pulled, v.refs(),
+                               client.images.get(pulled).attrs.get("Size"))
+    fetched = prepare_wheels(client, res, v, project, opts, rep)
+    opts.log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = opts.log_dir / f"{v.name}.log"
+    tar = context_tar(build_inputs.files, v.source_date_epoch)
+    with wheel_server.serving():
+        try:
+            built = opts.builder(client).build(v.name, tar, dict(build_inputs.buildargs), {HASH_LABEL: digest},
+                                               opts.no_cache, log_path, rep)
+        except BuildFailed as exc:
+            if any("Connection refused" in line for line in exc.tail) and WHEEL_URL in exc.step:
+                raise BuildFailed(exc.step, exc.tail, exc.log, f"{exc.reason}: the step could not reach the wheel "
+                                  f"cache at {WHEEL_URL}; the engine must run on this host, with its "
+                                  f"network (not a remote DOCKER_HOST, Docker Desktop's VM or rootless "
+                                  f"Docker)") from None
+            raise
+    rep.begin(v.name, "normalising the image config")
+    result = normalise.normalise(client, built, v.source_date_epoch)
+    image_id = result.image_id
+    tag_all(client, image_id, v)
+    rep.say(v.name, f"built {image_id[:19]}")
+    if result.late:
+        rep.say(v.name, f"WARNING: not reproducible: {len(result.late)} entries carry the build time "
+                        f"(first: {result.late[0]}); `imgbuild verify-repro {v.name}` names them all")
+    return BuildResult(v.name, "built", time.monotonic() - start, image_id, v.refs(),
+                       client.images.get(image_id).attrs.get("Size"), log_path, fetched=fetched)
+
+
+def build_all(client: docker.DockerClient, res: Resolution, variants: list[Variant], project: Project,
+              opts: BuildOptions, rep: Reporter) -> list[BuildResult]:
+    """Build in dependency waves, `opts.jobs` at a time; a failure is a result, not an exception."""
+    results: list[BuildResult] = []
+    failed: set[str] = set()
+
+    def one(v: Variant) -> BuildResult:
+        start = time.monotonic()
+        if v.parent in failed:
+            return BuildResult(v.name, "failed", 0.0, message=f"its runtime image {v.parent} failed")
+        try:
+            return build_one(client, res, v, project, opts, rep)
+        except BuildFailed as exc:
+            where = f" at {exc.step[:150]}" if exc.step else ""
+            rep.say(v.name, f"FAILED{where}")
+            return BuildResult(v.name, "failed", time.monotonic() - start, log=exc.log,
+                               message=f"{exc.reason}{where}\n" + "\n".join(f"    {t}" for t in exc.tail))
+
+    for wave in order(res, variants):
+        if opts.jobs <= 1:
+            done = [one(v) for v in wave]
+        else:
+            with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+                done = list(pool.map(one, wave))
+        results += done
+        failed |= {r.variant for r in done if r.status == "failed"}
+    return results

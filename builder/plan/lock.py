@@ -1,0 +1,145 @@
+"""`imgbuild lock`: per variant, every wheel it installs pinned with all its hashes, resolved by uv's real
+resolver for the variant's Python, platform (its OS's glibc) and wheel index. Builds install from the lock
+with `--require-hashes --no-deps`, so nothing unlocked and nothing with other bytes can enter an image.
+
+The lock's first line records what it was resolved from; `imgbuild lock --check` finds locks whose matrix
+pins moved on since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+from ..matrix.resolve import Resolution
+from ..matrix.variant import Variant
+from .project import Project
+
+_HEADER = re.compile(r"^# imgbuild lock (?P<variant>\S+) inputs=(?P<digest>sha256:[0-9a-f]{64})\n")
+RESOLVE_TIMEOUT_S = 600
+_UNREACHABLE = re.compile(r"dns error|failed to lookup address|connection refused|timed out|connect error", re.I)
+
+
+@dataclass(frozen=True)
+class LockSpec:
+    """What a variant's lock is resolved from: the pins matrix.yaml names, for one Python and platform."""
+
+    variant: str
+    requirements: tuple[str, ...]  # name==version, the rest follows from the resolver
+    python: str
+    platform: str  # uv's --python-platform: the OS's glibc decides which manylinux wheels fit
+    index: str | None  # None: PyPI alone
+
+    def digest(self) -> str:
+        text = "\n".join([f"python {self.python}", f"platform {self.platform}", f"index {self.index or 'pypi'}",
+                          *self.requirements])
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+    def header(self) -> str:
+        return f"# imgbuild lock {self.variant} inputs={self.digest()}\n"
+
+
+@dataclass(frozen=True)
+class LockResult:
+    variant: str
+    status: str  # locked | unchanged | failed | current | stale | missing
+    message: str = ""
+
+
+def spec(res: Resolution, v: Variant) -> LockSpec:
+    pins = [("torch", v.torch), ("torchvision", v.torchvision), ("torchaudio", v.torchaudio),
+            ("triton", v.triton), *v.nvidia_pins, *v.flavor_pins]
+    glibc = res.facts.os[v.os].glibc.replace(".", "_")
+    return LockSpec(v.name, tuple(f"{name}=={version}" for name, version in pins), v.python,
+                    f"x86_64-manylinux_{glibc}", v.wheel_index)
+
+
+def _uv() -> str:
+    from uv import find_uv_bin  # the uv wheel ships its binary; imported here to keep start-up quick
+
+    return str(find_uv_bin())
+
+
+def resolve(s: LockSpec) -> str:
+    """The lock's text: uv's `pip compile --generate-hashes` for the spec's target. A torch index goes first
+    (`--index` outranks PyPI), and the lock names it, so pip installs from where uv resolved."""
+    command = [_uv(), "pip", "compile", "-", "--generate-hashes", "--no-header", "--quiet", "--only-binary",
+               ":all:", "--python-version", s.python, "--python-platform", s.platform, "--no-annotate"]
+    if s.index:
+        command += ["--index", s.index, "--emit-index-url"]
+    # The system trust store: behind a TLS-intercepting proxy uv's bundled roots fail.
+    env = {**os.environ, "UV_NATIVE_TLS": os.environ.get("UV_NATIVE_TLS", "1")}
+    try:
+        done = subprocess.run(command, input="\n".join(s.requirements) + "\n", capture_output=True, text=True,
+                              env=env, timeout=RESOLVE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{s.variant}: uv did not resolve within {RESOLVE_TIMEOUT_S} s") from None
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        where = s.index or "PyPI"
+        raise UserError(f"could not resolve against {where}: "
+                        f"{' / '.join(lines[-2:]) if lines else 'uv failed without a message'}")
+    return s.header() + done.stdout
+
+
+def lock(res: Resolution, variants: list[Variant], project: Project) -> list[LockResult]:
+    """Write locks/<variant>.txt for each variant; one that cannot be resolved is a failed result, and the
+    others still lock. Variants with the same spec (runtime and jupyter share Python and index) resolve once."""
+    results: list[LockResult] = []
+    done: dict[tuple[tuple[str, ...], str, str, str | None], str] = {}
+    unreachable: dict[str | None, str] = {}  # an index that failed once is not asked again in this run
+    project.locks.mkdir(parents=True, exist_ok=True)
+    for v in variants:
+        s = spec(res, v)
+        key = (s.requirements, s.python, s.platform, s.index)
+        if s.index in unreachable:
+            results.append(LockResult(v.name, "failed", unreachable[s.index]))
+            continue
+        try:
+            text = done[key] if key in done else resolve(s)
+        except UserError as exc:
+            if _UNREACHABLE.search(str(exc)):
+                unreachable[s.index] = str(exc)
+            results.append(LockResult(v.name, "failed", str(exc)))
+            continue
+        done[key] = text
+        text = s.header() + text.split("\n", 1)[1]  # the header names this variant
+        path = project.lock_path(v)
+        if path.is_file() and path.read_text() == text:
+            results.append(LockResult(v.name, "unchanged"))
+        else:
+            path.write_text(text)
+            results.append(LockResult(v.name, "locked", str(path)))
+    return results
+
+
+def check(res: Resolution, variants: list[Variant], project: Project) -> list[LockResult]:
+    """Each variant's lock against matrix.yaml: current, stale (re-lock) or missing."""
+    results = []
+    for v in variants:
+        path = project.lock_path(v)
+        if not path.is_file():
+            results.append(LockResult(v.name, "missing", f"no {path}"))
+            continue
+        first = path.read_text().split("\n", 1)[0] + "\n"
+        m = _HEADER.match(first)
+        want = spec(res, v).digest()
+        if m is None or m["variant"] != v.name or m["digest"] != want:
+            results.append(LockResult(v.name, "stale", f"{path} was resolved from other pins or another target"))
+        else:
+            results.append(LockResult(v.name, "current"))
+    return results
+
+
+def pinned(path: Path) -> dict[str, str]:
+    """name -> version of every requirement a lock file pins."""
+    found = {}
+    for line in path.read_text().splitlines():
+        if m := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line):
+            found[m[1].lower().replace("_", "-")] = m[2]
+    return found

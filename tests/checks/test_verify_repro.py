@@ -1,0 +1,80 @@
+"""Bit-for-bit rebuilds against the real engine, on a small variant that goes through everything the torch
+images do: a base bootstrapped twice independently, the distro packages in it (no apt), useradd, the venv,
+hash-locked uv installs from the host's wheel cache with .pyc files, the same layers; only the lock is small.
+The torch-size run is `make verify-repro`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from builder.engine import client as engine
+from builder.engine import normalise, saved
+
+from ..conftest import imgbuild
+from ..helpers import SMALL_VARIANT, small_project
+
+pytestmark = [pytest.mark.engine, pytest.mark.network]
+
+VARIANT = SMALL_VARIANT
+NAME = "imgbuild-test-repro"
+TIMEOUT_S = 1200
+EPOCH = 1735689600  # matrix.yaml's source_date_epoch
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker.DockerClient]:
+    c = engine.connect()
+    yield c
+    for image in c.images.list(name=NAME):
+        c.images.remove(str(image.id), force=True)
+    c.close()
+
+
+def test_two_builds_from_two_bootstraps_give_one_image_id(client: docker.DockerClient, tmp_path: Path) -> None:
+    matrix = small_project(tmp_path, NAME)
+    result = imgbuild("verify-repro", VARIANT, "--matrix", str(matrix), "--rebootstrap",
+                      "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "--log-dir", str(tmp_path / "logs"),
+                      timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert re.search(r"^base bootstrapped twice: one image ID sha256:[0-9a-f]{64}$", result.stdout, flags=re.M)
+    m = re.search(r"^reproducible: (sha256:[0-9a-f]{64})$", result.stdout, flags=re.M)
+    assert m, result.stdout
+    image = client.images.get(m[1])
+    assert image.attrs["Created"].startswith("2025-01-01T00:00:00")
+    assert f"{NAME}:2.7.1-cuda12.6-cudnn9-debian12-runtime" in image.tags
+    out = client.containers.run(m[1], ["python", "-c", "import six, os; print(six.__version__, os.getuid())"],
+                                remove=True).decode()
+    assert out.split() == ["1.17.0", "1000"]
+    # The builder's own image stays as the build cache: a plain rebuild uses it and lands on the same ID.
+    again = imgbuild("build", "--matrix", str(matrix), "--variant", VARIANT, "--force", "--ca-bundle",
+                     "/etc/ssl/certs/ca-certificates.crt", "--log-dir", str(tmp_path / "logs2"), timeout=TIMEOUT_S)
+    assert again.returncode == 0, again.stderr[-3000:]
+    log = (tmp_path / "logs2" / f"{VARIANT}.log").read_text()
+    assert "Running in" not in log and log.count("Using cache") >= 10, log[-2000:]
+    assert client.images.get(f"{NAME}:2.7.1-cuda12.6-cudnn9-debian12-runtime").id == m[1]
+    # Normalising rebuilds the config from the engine's inspect and history answers, without `docker save`:
+    # it must be the very config the saved image holds.
+    digest = image.labels["io.imgbuild.build-hash"]
+    own = [i for i in client.images.list(all=True, filters={"label": f"io.imgbuild.build-hash={digest}"})
+           if not normalise.is_normalised(i.attrs, EPOCH)]
+    assert own, "the builder's own image is kept as the build cache"
+    from_engine = normalise.engine_config(client, str(own[0].id))
+    assert from_engine is not None, "the history says which steps made layers"
+    from_save = saved.read(client, str(own[0].id), EPOCH)
+    assert normalise.normalised_config(from_engine, EPOCH) == normalise.normalised_config(from_save.config, EPOCH)
+
+
+def test_verify_repro_names_a_planted_source_of_nondeterminism(client: docker.DockerClient,
+                                                               tmp_path: Path) -> None:
+    planted = " && date +%s%N > /etc/imgbuild-build-time \\\n && useradd "
+    matrix = small_project(tmp_path, NAME, (" && useradd ", planted))
+    result = imgbuild("verify-repro", VARIANT, "--matrix", str(matrix), "--ca-bundle",
+                      "/etc/ssl/certs/ca-certificates.crt", "--log-dir", str(tmp_path / "logs"), timeout=TIMEOUT_S)
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    assert re.search(r"^NOT reproducible: sha256:[0-9a-f]{64} != sha256:[0-9a-f]{64}$", result.stdout, flags=re.M)
+    assert re.search(r"^layer 1:\n  /etc/imgbuild-build-time: content$", result.stdout, flags=re.M), result.stdout

@@ -1,0 +1,60 @@
+"""`imgbuild matrix` output formats, as CI and users consume them."""
+
+from __future__ import annotations
+
+import json
+
+from ..conftest import imgbuild
+
+
+def test_json_lists_the_12_4_images_on_cu126_with_their_note() -> None:
+    result = imgbuild("matrix", "--cuda", "12.4", "--all", "--json")
+    assert result.returncode == 0, result.stderr
+    images = json.loads(result.stdout)
+    assert len(images) == 14
+    assert len({i["name"] for i in images}) == 14, "each image once"
+    for image in images:
+        assert image["wheel"] == "cu126" and image["torch_cuda"] == "12.6"
+        assert any("no cu124 wheel" in n for n in image["notes"])
+        tags = [t.split(":")[1] for t in image["refs"]]
+        assert any("-cuda12.4-" in t for t in tags)
+        if image["flavor"] != "devel":
+            assert any("-cuda12.6-" in t for t in tags), "runtime/jupyter images are shared with 12.6"
+            assert image["cuda_lines"] == ["12.4", "12.6"]
+        else:
+            assert image["cuda_toolkit"] == "12.4.1"
+            assert image["base_image"] == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
+
+
+def test_github_matrix_has_one_job_per_image() -> None:
+    result = imgbuild("matrix", "--all", "--github")
+    assert result.returncode == 0, result.stderr
+    include = json.loads(result.stdout)["include"]
+    assert len(include) == 48
+    assert all(set(job) == {"variant", "os", "cuda", "pytorch", "flavor", "wheel", "tag"} for job in include)
+    assert all(isinstance(value, str) for job in include for value in job.values())
+
+
+def test_table_shows_the_default_image() -> None:
+    result = imgbuild("matrix")
+    assert result.returncode == 0, result.stderr
+    assert "2.7.1-cu126-debian12-runtime" in result.stdout
+    assert "2.7.1-cuda12.6-cudnn9-debian12-runtime" in result.stdout
+    assert "--all" in result.stdout
+
+
+def test_explain_says_how_each_cell_resolved_or_why_not() -> None:
+    result = imgbuild("matrix", "--explain", "--cuda", "12.4", "--os", "ubuntu24.04", "--all")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 6  # 2 torch x 3 flavours
+    devel = [line for line in lines if " devel: " in line]
+    assert all("absent: NVIDIA publishes no nvidia/cuda:12.4.1-devel image for ubuntu24.04" in d for d in devel)
+    runtime = next(line for line in lines if "torch2.7.1 runtime" in line)
+    assert "image 2.7.1-cu126-ubuntu24.04-runtime: torch 2.7.1+cu126 from PyPI" in runtime
+    assert "one image with CUDA 12.6" in runtime and "no cu124 wheel" in runtime
+
+
+def test_exclusive_output_flags() -> None:
+    result = imgbuild("matrix", "--json", "--github")
+    assert result.returncode == 2 and "exclusive" in result.stderr

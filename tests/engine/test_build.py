@@ -1,0 +1,247 @@
+"""`imgbuild build` against the real engine: a real torch image from scratch, then the failure paths.
+
+These need a Docker engine (`make test` starts one through scripts/host-setup.sh) and PyPI. The torch build
+is the core of CI; the failure paths use the same templates with one input changed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from builder.engine import client as engine
+from builder.host.base import bootstrap
+from builder.host.base import plan as base_plan
+from builder.matrix.resolve import load
+
+from ..conftest import MATRIX, ROOT, imgbuild
+from ..helpers import image_holds, make_test_ca, project_copy
+
+pytestmark = [pytest.mark.engine, pytest.mark.network]
+
+DEFAULT = "2.7.1-cu126-debian12-runtime"
+BUILD_TIMEOUT_S = 2400
+TAGS = ("pytorch-cuda:2.7.1-cuda12.4-cudnn9-debian12-runtime", "pytorch-cuda:2.7.1-cuda12.6-cudnn9-debian12-runtime")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker.DockerClient]:
+    c = engine.connect()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
+    return make_test_ca(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture(scope="module")
+def torch_image(client: docker.DockerClient, ca: tuple[Path, list[bytes]],
+                tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The default image (Debian 12, torch 2.7.1, cu126 from PyPI), built for real with a throwaway CA
+    (--force: the CA must go through this build, even where an image with these inputs exists)."""
+    logs = tmp_path_factory.mktemp("logs")
+    result = imgbuild("build", "--bootstrap-base", "--force", "--ca-bundle", str(ca[0]), "--log-dir", str(logs),
+                      timeout=BUILD_TIMEOUT_S)
+    print(result.stdout, result.stderr[-3000:], file=sys.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    return str(client.images.get(TAGS[1]).id)
+
+
+def containers(client: docker.DockerClient) -> set[str]:
+    return {str(c.id) for c in client.containers.list(all=True)}
+
+
+def run(client: docker.DockerClient, image: str, command: list[str], **kwargs: object) -> str:
+    out = client.containers.run(image, command, remove=True, stderr=True, **kwargs)  # type: ignore[call-overload]
+    return out.decode() if isinstance(out, bytes) else str(out)
+
+
+def test_bootstrap_twice_gives_one_image_id(client: docker.DockerClient) -> None:
+    """Two bootstraps with matrix.yaml's packages; the second is the base the torch build below uses."""
+    facts = load(MATRIX).facts
+    ids = []
+    for ref in ("imgbuild-test/base:a", "imgbuild/base:debian12"):
+        plan = base_plan(facts.os["debian12"], ref, None, None, facts.packages, facts.source_date_epoch)
+        ids.append(bootstrap(client, plan))
+    try:
+        assert ids[0] == ids[1]
+        image = client.images.get(ids[0])
+        assert image.attrs["Created"].startswith("2025-01-01T00:00:00")
+        assert image.labels["io.imgbuild.base"] == "debian12"
+        assert image.labels["io.imgbuild.base.packages"] == ",".join(sorted(facts.packages))
+        out = run(client, ids[0], ["dpkg-query", "-W", "-f", "${Package}\n", *facts.packages])
+        assert sorted(out.split()) == sorted(facts.packages)
+    finally:
+        client.images.remove("imgbuild-test/base:a")
+
+
+def test_torch_image_is_tagged_with_every_tag_and_labelled(client: docker.DockerClient, torch_image: str) -> None:
+    for tag in TAGS:
+        assert client.images.get(tag).id == torch_image
+    labels = client.images.get(torch_image).labels
+    assert labels["io.imgbuild.variant"] == DEFAULT
+    assert labels["io.imgbuild.torch"] == "2.7.1" and labels["io.imgbuild.cudnn"] == "9.5.1.17"
+    assert labels["io.imgbuild.build-hash"].startswith("sha256:")
+    assert client.images.get(torch_image).attrs["Config"]["User"] == "1000:100"
+    assert client.images.get(torch_image).attrs["Created"].startswith("2025-01-01T00:00:00"), "normalised"
+
+
+def test_a_variant_without_a_lock_is_refused_with_the_way_out(client: docker.DockerClient) -> None:
+    result = imgbuild("build", "--variant", "2.7.1-cu118-debian12-runtime")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"imgbuild: error: 2.7.1-cu118-debian12-runtime has no lock ({ROOT}/locks/2.7.1-cu118-debian12-runtime.txt); "
+        "run `imgbuild lock --variant 2.7.1-cu118-debian12-runtime` where its wheel index "
+        "(https://download.pytorch.org/whl/cu118) answers")
+
+
+def test_torch_imports_and_gpu_check_runs_as_the_non_root_user(client: docker.DockerClient,
+                                                                torch_image: str) -> None:
+    out = run(client, torch_image, ["python", "-c", "import os, torch, torchvision, torchaudio; "
+                                    "print(os.getuid(), torch.__version__, torch.version.cuda, "
+                                    "torch.backends.cudnn.version(), torch.cuda.nccl.version())"])
+    assert out.split()[:3] == ["1000", "2.7.1+cu126", "12.6"], out
+    assert "90501" in out and "(2, 26, 2)" in out, out
+    report = run(client, torch_image, ["gpu-check"])
+    assert "image:          2.7.1-cu126-debian12-runtime" in report
+    assert "CUDA available: NO" in report and "no GPU device in this container" in report
+    assert "cuDNN 9.5.1, NCCL 2.26.2" in report
+
+
+def test_torch_compile_runs_under_an_arbitrary_uid_read_only(client: docker.DockerClient, torch_image: str) -> None:
+    code = "import torch; f = torch.compile(lambda x: x * 2 + 1); print(f(torch.ones(2)).tolist())"
+    out = run(client, torch_image, ["python", "-c", code], user="12345:12345", read_only=True,
+              tmpfs={"/tmp": "exec"})
+    assert out.strip().endswith("[3.0, 3.0]"), out
+
+
+def test_unchanged_rebuild_only_tags(client: docker.DockerClient, torch_image: str, tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = imgbuild("build", "--log-dir", str(tmp_path))
+    seconds = time.monotonic() - start
+    assert result.returncode == 0, result.stderr
+    assert "up-to-date" in result.stdout
+    assert not list(tmp_path.iterdir()), "no build ran, so no log was written"
+    print(f"unchanged rebuild: {seconds:.2f}s (CLI start-up included)", file=sys.stderr)
+
+
+def test_ca_bundle_is_in_no_layer_config_or_history(client: docker.DockerClient, torch_image: str,
+                                                     ca: tuple[Path, list[bytes]]) -> None:
+    assert image_holds(client, torch_image, ca[1]) == []
+
+
+def test_a_failing_step_tags_nothing_and_leaves_no_container(client: docker.DockerClient, torch_image: str,
+                                                              tmp_path: Path) -> None:
+    matrix = project_copy(tmp_path, {"name: pytorch-cuda": "name: imgbuild-test-fail"}, templates=True)
+    install = tmp_path / "templates" / "_install.j2"  # uv refuses an option it does not know, inside the RUN
+    text = install.read_text()
+    assert text.count("--requirement /tmp/requirements.txt \\\n") == 1
+    install.write_text(text.replace("--requirement /tmp/requirements.txt \\\n",
+                                    "--requirement /tmp/requirements.txt --no-such-option \\\n"))
+    assert imgbuild("render", "--matrix", str(matrix)).returncode == 0
+    before = containers(client)
+    result = imgbuild("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
+                      timeout=BUILD_TIMEOUT_S)
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert "FAILED" in out and re.search(r"at Step \d+/\d+ : RUN start=", out), out
+    # The step's own error, whole: the engine streams uv's coloured output in pieces that split its lines.
+    assert "error: unexpected argument '--no-such-option' found" in out, f"the step's last lines: {out}"
+    assert f"whole log: {tmp_path / 'logs'}" in out
+    assert client.images.list(name="imgbuild-test-fail") == []
+    assert containers(client) == before
+
+
+def test_a_pin_no_index_has_is_refused_before_any_step(client: docker.DockerClient, tmp_path: Path) -> None:
+    """The host's wheel cache fetches every locked wheel before the build starts: a pin with no wheel is a
+    one-line error naming the lock and the pin, and nothing is built."""
+    matrix = project_copy(tmp_path, {"name: pytorch-cuda": "name: imgbuild-test-pin"})
+    lock = tmp_path / "locks" / f"{DEFAULT}.txt"
+    lock.write_text(lock.read_text().replace("nvidia-nvtx-cu12==12.6.77", "nvidia-nvtx-cu12==99.0.0"))
+    assert imgbuild("render", "--matrix", str(matrix)).returncode == 0
+    result = imgbuild("build", "--matrix", str(matrix), "--bootstrap-base", "--log-dir", str(tmp_path / "logs"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"imgbuild: error: {lock}: no wheel of nvidia-nvtx-cu12==99.0.0 with a locked hash fits Python 3.11 on "
+        f"glibc 2.36 at https://pypi.org/simple; run `imgbuild lock` again")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "logs").exists(), "no build step ran"
+    assert client.images.list(name="imgbuild-test-pin") == []
+
+
+def test_sigint_mid_run_cancels_removes_its_container_and_exits_130(client: docker.DockerClient,
+                                                                    torch_image: str, tmp_path: Path) -> None:
+    matrix = project_copy(tmp_path, {"name: pytorch-cuda": "name: imgbuild-test-int"})
+    assert imgbuild("render", "--matrix", str(matrix)).returncode == 0
+    before = containers(client)
+    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "build", "--matrix",
+                             str(matrix), "--no-cache", "--log-dir", str(tmp_path / "logs")],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # As from a terminal: a suite started in the background (`cmd &` without job
+                            # control) inherits SIGINT ignored, and Python then installs no Ctrl-C handler.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if re.search(r"step \d+/\d+: RUN", line):
+            break
+    deadline = time.monotonic() + 60
+    while containers(client) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert containers(client) != before, "the RUN step's container never appeared"
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    time.sleep(2)
+    assert containers(client) == before, "the interrupted RUN left a container"
+    assert client.images.list(name="imgbuild-test-int") == []
+
+
+def test_a_missing_base_names_it_and_offers_a_way(client: docker.DockerClient) -> None:
+    if engine.image_or_none(client, "ubuntu:24.04") or engine.image_or_none(client, "imgbuild/base:ubuntu24.04"):
+        pytest.fail("this test needs an engine without an ubuntu:24.04 base")
+    result = imgbuild("build", "--os", "ubuntu24.04")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("imgbuild: error: base image ubuntu:24.04 for 2.7.1-cu126-ubuntu24.04-runtime "
+                                "is not here and cannot be pulled")
+    assert "imgbuild base bootstrap ubuntu24.04" in lines[-1] and "--base-mirror" in lines[-1]
+
+
+def test_prune_dry_run_lists_the_built_image(client: docker.DockerClient, torch_image: str) -> None:
+    result = imgbuild("prune", "--dry-run")
+    assert result.returncode == 0
+    assert "would remove" in result.stdout and TAGS[1] in result.stdout
+
+
+def test_build_json_of_labels_matches_the_matrix(client: docker.DockerClient, torch_image: str) -> None:
+    expected = load(MATRIX).variant(DEFAULT).labels()
+    labels = client.images.get(torch_image).labels
+    for key, value in expected.items():
+        assert labels.get(key) == value, key
+    assert json.loads(run(client, torch_image, ["cat", "/etc/imgbuild/variant.json"]))["name"] == DEFAULT
+
+
+def test_doctor_reports_each_check_on_one_line(client: docker.DockerClient) -> None:
+    result = imgbuild("doctor")
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("OK   engine: ") and "API 1." in lines[0]
+    assert any(line.startswith("OK   storage driver: overlay2") for line in lines)
+    assert any(re.match(r"(OK|FAIL) +disk: \d+ GB free", line) for line in lines)
+    assert all(re.match(r"^(OK|WARN|FAIL) +[^:]+: .+", line) for line in lines), lines
+    gpu = next(line for line in lines if " GPUs:" in line)
+    if "no nvidia-smi" in gpu:
+        assert gpu.startswith("WARN"), "no GPU is a warning, never an OK"
+    assert result.returncode == (1 if any(line.startswith("FAIL") for line in lines) else 0)

@@ -1,0 +1,113 @@
+"""Helpers for the tests that use the real Docker engine: a test CA, a copy of the project with one thing
+changed, and a scan of a saved image for given bytes."""
+
+from __future__ import annotations
+
+import base64
+import io
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import docker
+from uv import find_uv_bin
+
+from builder.engine.saved import saved_stream
+from builder.plan.project import PACKAGED_TEMPLATES
+
+from .conftest import ROOT, imgbuild
+
+HOST_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+SMALL_VARIANT = "2.7.1-cu126-debian12-runtime"  # the variant whose lock small_project replaces
+
+
+def make_test_ca(directory: Path) -> tuple[Path, list[bytes]]:
+    """A throwaway CA appended to the host bundle (which the proxy here needs); returns the bundle and byte
+    strings unique to the throwaway CA (PEM lines and DER), to search images for."""
+    pem_path = directory / "test-ca.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=imgbuild test CA",
+                    "-days", "2", "-keyout", str(directory / "test-ca.key"), "-out", str(pem_path)],
+                   check=True, capture_output=True, timeout=60)
+    pem = pem_path.read_bytes()
+    body = b"".join(line for line in pem.splitlines() if not line.startswith(b"-----"))
+    lines = [line for line in pem.splitlines() if line and not line.startswith(b"-----")]
+    needles = [lines[1], lines[2], base64.b64decode(body)[:64]]
+    bundle = directory / "bundle.pem"
+    bundle.write_bytes((HOST_BUNDLE.read_bytes() if HOST_BUNDLE.is_file() else b"") + pem)
+    return bundle, needles
+
+
+def project_copy(directory: Path, matrix_edits: dict[str, str], templates: bool = False) -> Path:
+    """A matrix repository in `directory`: the project's matrix.yaml with textual edits, and its locks; with
+    `templates`, also a copy of the packaged templates there, which then replace the packaged ones (for a
+    test that edits one). The Dockerfiles are rendered there by the caller."""
+    shutil.copytree(ROOT / "locks", directory / "locks")
+    if templates:
+        shutil.copytree(PACKAGED_TEMPLATES, directory / "templates", ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "matrix.yaml").read_text()
+    for old, new in matrix_edits.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    (directory / "matrix.yaml").write_text(text)
+    return directory / "matrix.yaml"
+
+
+def small_project(directory: Path, name: str, template_edit: tuple[str, str] | None = None) -> Path:
+    """The project with its own image name and a real, hash-locked, small lock (uv's resolver) for SMALL_VARIANT."""
+    matrix = project_copy(directory, {"name: pytorch-cuda": f"name: {name}"}, templates=template_edit is not None)
+    if template_edit:
+        path = directory / "templates" / "_user.j2"
+        text = path.read_text()
+        assert text.count(template_edit[0]) == 1
+        path.write_text(text.replace(template_edit[0], template_edit[1]))
+    locked = subprocess.run([find_uv_bin(), "pip", "compile", "-", "--generate-hashes", "--no-header", "--quiet",
+                             "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_36"],
+                            input="six==1.17.0\npackaging==24.2\n", capture_output=True, text=True, check=True,
+                            timeout=300, env={"UV_NATIVE_TLS": "1", "PATH": "/usr/bin:/bin"})
+    (directory / "locks" / f"{SMALL_VARIANT}.txt").write_text(locked.stdout)
+    assert imgbuild("render", "--matrix", str(matrix), "--variant", SMALL_VARIANT).returncode == 0
+    return matrix
+
+
+def _scan(stream: io.BufferedIOBase | tarfile.ExFileObject, needles: list[bytes]) -> bool:
+    keep = max(len(n) for n in needles)
+    tail = b""
+    while block := stream.read(1 << 20):
+        window = tail + block
+        if any(n in window for n in needles):
+            return True
+        tail = window[-keep:]
+    return False
+
+
+def image_holds(client: docker.DockerClient, image_id: str, needles: list[bytes]) -> list[str]:
+    """Every member of the saved image (layer tars, config, history) that contains one of the needles."""
+    found = []
+    with tarfile.open(fileobj=saved_stream(client, image_id), mode="r|") as outer:
+        for member in outer:
+            f = outer.extractfile(member) if member.isfile() else None  # a layer saved twice is a link
+            if f is None:
+                continue
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=f, mode="r|") as layer:
+                    for entry in layer:
+                        if not entry.isfile():
+                            continue
+                        inner = layer.extractfile(entry)
+                        if inner is not None and _scan(inner, needles):
+                            found.append(f"{member.name}:{entry.name}")
+            elif _scan(f, needles):
+                found.append(member.name)
+    history = str(client.images.get(image_id).history()).encode()
+    if any(n in history for n in needles):
+        found.append("history")
+    return found
+
+
+def lock_text(index_url: str, entries: dict[str, tuple[str, list[str]]]) -> str:
+    lines = [f"--index-url {index_url}"]
+    for name, (version, hashes) in entries.items():
+        lines.append(f"{name}=={version} \\")
+        lines += [f"    --hash=sha256:{h}" + (" \\" if i < len(hashes) - 1 else "") for i, h in enumerate(hashes)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,107 @@
+"""The scripts shipped in every image, run here with sh as the image runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from builder.plan.project import PACKAGED_TEMPLATES
+
+FILES = PACKAGED_TEMPLATES / "files"
+
+
+def as_other_user() -> list[str]:
+    """Run as `nobody` when we are root (CI is), so a 0555 directory really is unwritable."""
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+
+
+def run_entrypoint(env: dict[str, str], tmp: Path, argv0: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment the entrypoint hands to the command."""
+    result = subprocess.run([*argv0, str(FILES / "imgbuild-entrypoint"), "env"], env={"PATH": os.environ["PATH"],
+                            "TMPDIR": str(tmp), **env}, capture_output=True, text=True, check=True, timeout=30)
+    return dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+
+
+def test_entrypoint_keeps_a_writable_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = run_entrypoint({"HOME": str(home)}, tmp_path)
+    assert env["HOME"] == str(home)
+    assert env["XDG_CACHE_HOME"] == f"{home}/.cache"
+    assert env["TRITON_CACHE_DIR"] == f"{home}/.cache/triton"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == f"{home}/.cache/torchinductor"
+    assert env["USER"]
+
+
+def test_entrypoint_moves_an_unwritable_home_to_tmp() -> None:
+    # pytest's tmp_path sits under a 0700 directory the other user cannot enter: use one it can.
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        tmp_path.chmod(0o777)
+        check_fallback(tmp_path)
+
+
+def check_fallback(tmp_path: Path) -> None:
+    (tmp_path / "ro").mkdir(mode=0o555)
+    argv0 = tuple(as_other_user())
+    env = run_entrypoint({"HOME": str(tmp_path / "ro")}, tmp_path, argv0)
+    uid = 65534 if argv0 else os.getuid()
+    assert env["HOME"] == f"{tmp_path}/home-{uid}"
+    assert env["XDG_CACHE_HOME"] == f"{tmp_path}/home-{uid}/.cache"
+
+
+def test_entrypoint_moves_a_missing_home_to_tmp(tmp_path: Path) -> None:
+    env = run_entrypoint({"HOME": str(tmp_path / "does-not-exist")}, tmp_path)
+    assert env["HOME"] == f"{tmp_path}/home-{os.getuid()}"
+    assert Path(env["HOME"]).is_dir()
+    assert env["TORCH_HOME"] == f"{tmp_path}/home-{os.getuid()}/.cache/torch"
+
+
+def test_entrypoint_passes_arguments_and_exit_code_through(tmp_path: Path) -> None:
+    result = subprocess.run([str(FILES / "imgbuild-entrypoint"), "sh", "-c", 'echo "$1"; exit 7', "sh", "a b"],
+                            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, capture_output=True,
+                            text=True, check=False, timeout=30)
+    assert (result.returncode, result.stdout) == (7, "a b\n")
+
+
+def test_start_jupyter_refuses_an_empty_token() -> None:
+    result = subprocess.run([str(FILES / "start-jupyter")], env={"PATH": os.environ["PATH"], "JUPYTER_TOKEN": ""},
+                            capture_output=True, text=True, check=False, timeout=30)
+    assert result.returncode == 2
+    assert "JUPYTER_TOKEN is empty, which would disable authentication" in result.stderr
+
+
+def test_jupyter_config_refuses_an_empty_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = (FILES / "jupyter_server_config.py").read_text()
+    monkeypatch.setenv("JUPYTER_TOKEN", "")
+    with pytest.raises(SystemExit, match="disable authentication"):
+        exec(compile(config, "jupyter_server_config.py", "exec"), {"get_config": lambda: None})
+
+
+def test_entrypoint_names_a_uid_without_a_passwd_entry() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to a UID without a passwd entry")
+    result = subprocess.run(["setpriv", "--reuid=54321", "--regid=54321", "--clear-groups",
+                             str(FILES / "imgbuild-entrypoint"), "sh", "-c", 'printf %s "$USER"'],
+                            env={"PATH": os.environ["PATH"], "TMPDIR": "/tmp"}, capture_output=True, text=True,
+                            check=True, timeout=30)
+    assert result.stdout == "uid54321"
+
+
+MOUNTINFO = """\
+22 1 0:21 / / rw,relatime - overlay overlay rw
+30 22 0:30 / /tmp rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw
+31 22 0:31 / /workspace rw,relatime - ext4 /dev/vda rw
+"""
+
+
+@pytest.mark.parametrize(("path", "expected"), [("/tmp/cache-1/torchinductor", "/tmp"), ("/tmp", "/tmp"),
+                                                ("/workspace/.cache", None), ("/tmpfoo", None)])
+def test_gpu_check_spots_a_noexec_compile_cache(path: str, expected: str | None) -> None:
+    from smoke_tests.gpu_check import noexec_mount
+
+    assert noexec_mount(path, MOUNTINFO) == expected

@@ -1,0 +1,67 @@
+"""The build context and the build-input hash: every byte the engine receives is in the hash."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from builder.matrix.resolve import load
+from builder.plan.context import BuildInputs, ContextFile, context_tar
+from builder.plan.layers import wheel_layers
+from builder.plan.project import Project
+from builder.plan.render import context
+
+from ..helpers import project_copy
+
+FILES = (ContextFile("Dockerfile", b"FROM x\n", 0o644), ContextFile("gpu-check", b"#!/bin/sh\n", 0o755))
+
+
+def digest(files: tuple[ContextFile, ...] = FILES, base: str = "sha256:aa",
+           args: tuple[tuple[str, str], ...] = (("BASE_IMAGE", "debian:12"),)) -> str:
+    return BuildInputs(files, base, args).digest()
+
+
+def test_hash_is_stable_for_unchanged_inputs() -> None:
+    assert digest() == digest()
+
+
+@pytest.mark.parametrize("changed", [
+    {"files": (ContextFile("Dockerfile", b"FROM x \n", 0o644), FILES[1])},  # one template byte
+    {"files": (FILES[0], ContextFile("gpu-check", b"#!/bin/sh\n", 0o644))},  # a lost executable bit
+    {"files": (*FILES, ContextFile("rootfs/opt/imgbuild/smoke_tests/x.py", b"\n", 0o644))},  # a payload file
+    {"base": "sha256:bb"},  # a new base image ID
+    {"args": (("BASE_IMAGE", "mirror.local/debian:12"),)},
+])
+def test_hash_changes_with_any_input(changed: dict[str, object]) -> None:
+    assert digest(**changed) != digest()  # type: ignore[arg-type]
+
+
+def test_the_context_tar_is_deterministic() -> None:
+    assert context_tar(FILES, 0) == context_tar(FILES, 0)
+    assert context_tar(FILES, 0) != context_tar(FILES, 1), "the epoch is every entry's time"
+
+
+
+def test_the_lock_is_part_of_the_rendered_context(tmp_path: Path) -> None:
+    """A changed lock changes the layer's requirements, which the Dockerfile names by digest: so the context,
+    hence the build-input hash, hence a rebuild. The other layers keep theirs."""
+    matrix = project_copy(tmp_path, {})
+    name = "2.7.1-cu126-debian12-runtime"
+    lock = tmp_path / "locks" / f"{name}.txt"
+    res, project = load(matrix), Project.for_matrix(matrix)
+    v = res.variant(name)
+    before = {layer.name: layer for layer in wheel_layers(v, project)}
+    dockerfile_before = next(f for f in context(v, project) if f.path == "Dockerfile").content
+    assert b"\nnumpy==" in before["rest"].text.encode() and b"numpy==" in lock.read_bytes()
+    text = lock.read_text()
+    first = re.search(r"^numpy==\S+ \\\n    --hash=sha256:[0-9a-f]{64} \\\n", text, flags=re.M)
+    assert first, "numpy has more than one hash"
+    lock.write_text(text.replace(first[0], first[0].rsplit("    --hash", 1)[0], 1))  # one hash less
+    after = {layer.name: layer for layer in wheel_layers(v, project)}
+    dockerfile_after = next(f for f in context(v, project) if f.path == "Dockerfile").content
+    assert after["rest"].sha256 != before["rest"].sha256
+    assert after["nvidia"].sha256 == before["nvidia"].sha256
+    assert after["rest"].sha256.encode() in dockerfile_after and before["rest"].sha256.encode() in dockerfile_before
+    assert dockerfile_after != dockerfile_before, "the layer's digest and the inputs label move"

@@ -1,0 +1,206 @@
+"""`imgbuild push` against a real registry: Debian's docker-registry on 127.0.0.1, started per test with the
+configuration the test needs (plain, htpasswd, read-only), and a small image built from the same templates
+(only its lock is small). The engine treats 127.0.0.0/8 registries as insecure, so plain HTTP works there."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import docker
+import pytest
+
+from builder.engine import client as engine
+
+from ..conftest import ROOT, imgbuild
+from ..helpers import SMALL_VARIANT, small_project
+
+pytestmark = [pytest.mark.engine, pytest.mark.network]
+
+NAME = "imgbuild-test-push"
+TAGS = ("2.7.1-cuda12.4-cudnn9-debian12-runtime", "2.7.1-cuda12.6-cudnn9-debian12-runtime")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker.DockerClient]:
+    c = engine.connect()
+    yield c
+    for image in c.images.list():
+        if any(NAME in tag for tag in image.tags):
+            c.images.remove(str(image.id), force=True)
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def small_image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    directory = tmp_path_factory.mktemp("push-project")
+    matrix = small_project(directory, NAME)
+    built = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--ca-bundle",
+                     "/etc/ssl/certs/ca-certificates.crt", "--log-dir", str(directory / "logs"), timeout=1200)
+    assert built.returncode == 0, built.stderr[-3000:]
+    return matrix, str(client.images.get(f"{NAME}:{TAGS[1]}").id)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def registry(directory: Path, htpasswd: Path | None = None, readonly: bool = False) -> Iterator[str]:
+    """A docker-registry on 127.0.0.1; yields HOST:PORT."""
+    if shutil.which("docker-registry") is None:
+        pytest.fail("docker-registry is not installed: `make test` installs it (scripts/host-setup.sh --test)")
+    port = free_port()
+    auth = (f"auth:\n  htpasswd:\n    realm: imgbuild-test\n    path: {htpasswd}\n" if htpasswd else "")
+    config = directory / f"registry-{port}.yml"
+    config.write_text(f"version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: "
+                      f"{directory / 'storage'}\n  maintenance:\n    readonly:\n"
+                      f"      enabled: {str(readonly).lower()}\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}")
+    log = (directory / f"registry-{port}.log").open("w")
+    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
+                break
+            except urllib.error.HTTPError:
+                break  # 401: up, asking for credentials
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail(f"docker-registry did not start: {(directory / f'registry-{port}.log').read_text()}")
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def test_push_publishes_every_tag_on_one_digest_and_reads_it_back(client: docker.DockerClient,
+                                                                  small_image: tuple[Path, str],
+                                                                  tmp_path: Path) -> None:
+    matrix, image_id = small_image
+    with registry(tmp_path) as host:
+        result = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry",
+                          f"{host}/ml", "--json", str(tmp_path / "published.json"), "--force", timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        pushed = re.findall(rf"^pushed {re.escape(host)}/ml/{NAME}:(\S+)@(sha256:[0-9a-f]{{64}})$", result.stdout,
+                            flags=re.M)
+        build_tag = "build-" + client.images.get(image_id).labels["io.imgbuild.build-hash"].removeprefix("sha256:")
+        assert sorted(tag for tag, _ in pushed) == sorted([*TAGS, build_tag]), "the tags, and the build hash's"
+        digests = {digest for _, digest in pushed}
+        assert len(digests) == 1, "every tag names the same manifest"
+        digest = digests.pop()
+        published = json.loads((tmp_path / "published.json").read_text())
+        assert published == [{"variant": SMALL_VARIANT, "image_id": image_id, "digest": digest,
+                              "tags": [f"{host}/ml/{NAME}:{tag}" for tag in (*TAGS, build_tag)]}]
+        for tag in (*TAGS, build_tag):
+            client.images.remove(f"{host}/ml/{NAME}:{tag}")
+        pulled = client.images.pull(f"{host}/ml/{NAME}@{digest}")
+        assert pulled.id == image_id, "the same config, so the same image ID"
+        assert pulled.labels == client.images.get(image_id).labels
+        assert pulled.labels["io.imgbuild.variant"] == SMALL_VARIANT
+        client.images.remove(f"{host}/ml/{NAME}@{digest}")
+
+
+def test_an_untested_image_is_refused_unless_forced(small_image: tuple[Path, str], tmp_path: Path) -> None:
+    matrix, image_id = small_image
+    with registry(tmp_path) as host:
+        result = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", host,
+                          env={"XDG_STATE_HOME": str(tmp_path / "state")})
+        assert result.returncode == 1
+        assert (f"imgbuild: error: {SMALL_VARIANT}: not pushed: the smoke tests were never run on it for image "
+                f"{image_id[:19]}; run `imgbuild test --variant {SMALL_VARIANT}`, or pass --force") in result.stderr
+        assert "pushed " not in result.stdout
+
+
+def test_a_wrong_password_fails_clearly_after_one_attempt(small_image: tuple[Path, str], tmp_path: Path) -> None:
+    matrix, _ = small_image
+    htpasswd = tmp_path / "htpasswd"
+    subprocess.run(["htpasswd", "-Bbc", str(htpasswd), "ci", "right-password"], check=True, capture_output=True)
+    with registry(tmp_path, htpasswd=htpasswd) as host:
+        args = ("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", host, "--force",
+                "--password-stdin")
+        wrong = imgbuild(*args, env={"IMGBUILD_REGISTRY_USER": "ci"}, stdin="wrong-password\n", timeout=600)
+        assert wrong.returncode == 1
+        assert "authentication failed" in wrong.stderr and "not retried: check the credentials" in wrong.stderr
+        assert "retrying" not in wrong.stderr, "an auth failure is never retried"
+        assert "wrong-password" not in wrong.stdout + wrong.stderr, "the password is never printed"
+        right = imgbuild(*args, env={"IMGBUILD_REGISTRY_USER": "ci"}, stdin="right-password\n", timeout=600)
+        assert right.returncode == 0, right.stderr[-2000:]
+        assert "right-password" not in right.stdout + right.stderr
+        assert right.stdout.count("pushed ") == 3, "both tags and the build hash's"
+
+
+def test_a_registry_that_goes_away_mid_push_fails_after_the_retries(small_image: tuple[Path, str],
+                                                                    tmp_path: Path) -> None:
+    matrix, _ = small_image
+    with registry(tmp_path) as host:
+        proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "push", "--matrix",
+                                 str(matrix), "--variant", SMALL_VARIANT, "--registry", host, "--force"],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if ": Pushing " in line:
+                break
+        # Leaving the context manager kills the registry while the layers are going up.
+    err = "".join(lines) + proc.stderr.read()  # the engine retries a broken layer upload itself first
+    proc.wait(timeout=600)
+    assert proc.returncode == 1, err
+    assert len(re.findall(r"attempt \d/4 failed: .*; retrying in \d+s", err)) == 3, err
+    assert re.search(r"push failed \(after 4 attempts\): ", err), err
+
+
+def test_a_read_only_registry_is_a_clear_error_not_retried(small_image: tuple[Path, str], tmp_path: Path) -> None:
+    matrix, _ = small_image
+    with registry(tmp_path, readonly=True) as host:
+        result = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", host,
+                          "--force", timeout=600)
+    assert result.returncode == 1
+    assert re.search(r"push failed \(not retried: not a connection failure\): .*; the registry refuses writes "
+                     r"\(HTTP 405: read-only, or a pull-through mirror\)$", result.stderr, flags=re.M), result.stderr
+    assert "retrying" not in result.stderr
+
+
+def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: docker.DockerClient,
+                                                                    small_image: tuple[Path, str],
+                                                                    tmp_path: Path) -> None:
+    """Last in this module, as it removes the image the others push. A fresh runner: the image is not here,
+    the registry has it under its build hash; the build pulls it (the same image ID) instead of building, and
+    a registry without it means a real build."""
+    matrix, image_id = small_image
+    with registry(tmp_path) as host:
+        empty = f"{host}/empty"
+        pushed = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                          "--force", timeout=600)
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        client.images.remove(image_id, force=True)  # every tag, and the build cache below: nothing to reuse
+        result = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                          "--json", str(tmp_path / "pulled.json"), "--log-dir", str(tmp_path / "logs"), timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads((tmp_path / "pulled.json").read_text())[0]["status"] == "pulled"
+        assert not (tmp_path / "logs").exists(), "no build ran"
+        image = client.images.get(f"{NAME}:{TAGS[1]}")
+        assert image.id == image_id, "the pushed image itself"
+        assert sorted(image.tags) == sorted(f"{NAME}:{tag}" for tag in TAGS), "no build-hash tag left here"
+        rebuilt = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", empty,
+                           "--force", "--json", str(tmp_path / "built.json"), "--log-dir", str(tmp_path / "logs"),
+                           timeout=1200)
+        assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+        assert json.loads((tmp_path / "built.json").read_text())[0]["status"] == "built"
+        assert client.images.get(f"{NAME}:{TAGS[1]}").id == image_id, "and a real build gives the same image"
