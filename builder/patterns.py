@@ -29,6 +29,8 @@ _DOMAIN = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za
 REPOSITORY = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*")
 IMAGE_REF = re.compile(rf"{REPOSITORY.pattern}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?")
 DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
+SHA256_HEX = re.compile(r"[a-f0-9]{64}")
+WHEEL_FILE = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
 REGISTRY = re.compile(rf"{_DOMAIN}(?:/{_COMPONENT})*")
 # Package archives are fetched over plain HTTP too: apt checks their GPG signatures.
 MIRROR = re.compile(r"https?://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%/+-]*)?")

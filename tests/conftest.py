@@ -35,3 +35,30 @@ def imgbuild(*args: str, cwd: Path = ROOT, timeout: int = 120, env: dict[str, st
     return subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", *args],
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
                           env={**os.environ, **(env or {})}, input=stdin)
+
+
+DEFAULT_IMAGE = "pytorch-cuda:2.7.1-cuda12.6-cudnn9-debian12-runtime"
+JUPYTER_IMAGE = "pytorch-cuda:v2.7"  # the alias of the default jupyter image
+HOST_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # behind a TLS-intercepting proxy (these machines)
+IMAGE_BUILD_TIMEOUT_S = 2400
+
+
+def build_args() -> list[str]:
+    return ["--bootstrap-base", *(["--ca-bundle", str(HOST_BUNDLE)] if HOST_BUNDLE.is_file() else [])]
+
+
+@pytest.fixture(scope="session")
+def default_image() -> str:
+    """The default runtime image, built through the real CLI (or found up to date): whichever test folder
+    needs it first makes it, whatever order pytest takes them in."""
+    result = imgbuild("build", *build_args(), timeout=IMAGE_BUILD_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return DEFAULT_IMAGE
+
+
+@pytest.fixture(scope="session")
+def jupyter_image(default_image: str) -> str:
+    """The default jupyter image, on its runtime image."""
+    result = imgbuild("build", "--flavor", "jupyter", *build_args(), timeout=IMAGE_BUILD_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return JUPYTER_IMAGE

@@ -53,8 +53,10 @@ def project_copy(directory: Path, matrix_edits: dict[str, str], templates: bool 
     return directory / "matrix.yaml"
 
 
-def small_project(directory: Path, name: str, template_edit: tuple[str, str] | None = None) -> Path:
-    """The project with its own image name and a real, hash-locked, small lock (uv's resolver) for SMALL_VARIANT."""
+def small_project(directory: Path, name: str, template_edit: tuple[str, str] | None = None,
+                  variants: tuple[str, ...] = (SMALL_VARIANT,)) -> Path:
+    """The project with its own image name and a real, hash-locked, small lock (uv's resolver) for each of
+    `variants` (runtime images of Debian 12, Python 3.11)."""
     matrix = project_copy(directory, {"name: pytorch-cuda": f"name: {name}"}, templates=template_edit is not None)
     if template_edit:
         path = directory / "templates" / "_user.j2"
@@ -65,8 +67,9 @@ def small_project(directory: Path, name: str, template_edit: tuple[str, str] | N
                              "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_36"],
                             input="six==1.17.0\npackaging==24.2\n", capture_output=True, text=True, check=True,
                             timeout=300, env={"UV_NATIVE_TLS": "1", "PATH": "/usr/bin:/bin"})
-    (directory / "locks" / f"{SMALL_VARIANT}.txt").write_text(locked.stdout)
-    assert imgbuild("render", "--matrix", str(matrix), "--variant", SMALL_VARIANT).returncode == 0
+    for variant in variants:
+        (directory / "locks" / f"{variant}.txt").write_text(locked.stdout)
+        assert imgbuild("render", "--matrix", str(matrix), "--variant", variant).returncode == 0
     return matrix
 
 

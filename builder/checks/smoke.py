@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from ..errors import UserError
 from . import records
 
 TEST_LABEL = "io.imgbuild.test"
+# Its value on the containers of this run: Ctrl-C removes these, not those of another run on the same host.
+RUN_ID = secrets.token_hex(8)
 SUITE_TIMEOUT_S = 1200
 SHM = "2g"  # NCCL's shared-memory transport and DataLoader workers fail with Docker's 64 MB default
 IMAGE_CHECKS = Path(__file__).parent / "image_checks" / "test_image.py"
@@ -64,7 +68,7 @@ def gpu_request(client: docker.DockerClient, image: str, gpus: str) -> tuple[lis
     # Created and removed by hand: `run(remove=True)` leaves the container behind when the GPU request
     # fails at start, which is exactly the case probed here.
     container = client.containers.create(image, probe, device_requests=request, entrypoint=[],
-                                         labels={TEST_LABEL: "probe"})
+                                         labels={TEST_LABEL: RUN_ID})
     try:
         container.start()
         container.wait(timeout=120)
@@ -84,7 +88,7 @@ def run_container(client: docker.DockerClient, image: str, command: list[str], t
                   **kwargs: Any) -> tuple[int, str]:
     """Run a command in a fresh container of the image and remove it, whatever happens; returns the exit
     code (124 when it outran timeout_s) and the logs."""
-    container = client.containers.run(image, command, detach=True, labels={TEST_LABEL: "1"}, **kwargs)
+    container = client.containers.run(image, command, detach=True, labels={TEST_LABEL: RUN_ID}, **kwargs)
     try:
         try:
             code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
@@ -116,7 +120,7 @@ def suite(client: docker.DockerClient, image: str, labels: dict[str, str], devic
 
 def image_checks(client: docker.DockerClient, image: str, labels: dict[str, str]) -> list[Result]:
     """pytest-testinfra over the docker backend, against a container of the image kept running."""
-    container = client.containers.run(image, ["sleep", "infinity"], detach=True, labels={TEST_LABEL: "1"})
+    container = client.containers.run(image, ["sleep", "infinity"], detach=True, labels={TEST_LABEL: RUN_ID})
     try:
         with tempfile.TemporaryDirectory() as tmp:
             junit = Path(tmp) / "image.xml"
@@ -173,27 +177,36 @@ def _http_status(url: str, token: str | None = None) -> int:
         return exc.code
 
 
+def wait_for_status(url: str, want: int, timeout_s: float, pause_s: float = 1.0,
+                    status: Callable[[str], int] = _http_status) -> int:
+    """Poll `url` until it answers `want`, a pause between tries whatever the answer (a refused connection, or
+    another status such as a 403 from a port someone else publishes); returns the last answer (0: none)."""
+    deadline, last = time.monotonic() + timeout_s, 0
+    while True:
+        try:
+            last = status(url)
+        except OSError:
+            last = 0
+        if last == want or time.monotonic() >= deadline:
+            return last
+        time.sleep(pause_s)
+
+
 def jupyter(client: docker.DockerClient, image: str) -> list[Result]:
     """The server answers on 8888 (published on loopback), refuses a request without the token, accepts one
     with it, turns healthy; and an empty JUPYTER_TOKEN is refused at start."""
-    import secrets
 
     results: list[Result] = []
     token = secrets.token_hex(16)
     # (HOST_IP, None) publishes on a free loopback port; docker-py's stubs only know (HOST_IP, PORT).
-    container = client.containers.run(image, detach=True, labels={TEST_LABEL: "1"}, environment={  # type: ignore[call-overload]
+    container = client.containers.run(image, detach=True, labels={TEST_LABEL: RUN_ID}, environment={  # type: ignore[call-overload]
         "JUPYTER_TOKEN": token}, ports={"8888/tcp": ("127.0.0.1", None)})
     try:
         start = time.monotonic()
         container.reload()
         port = int(container.ports["8888/tcp"][0]["HostPort"])
         base = f"http://127.0.0.1:{port}"
-        status = 0
-        while time.monotonic() - start < 120 and status != 200:
-            try:
-                status = _http_status(f"{base}/api")
-            except OSError:
-                time.sleep(1)
+        status = wait_for_status(f"{base}/api", 200, 120)
         results.append(Result("jupyter.answers_on_8888", "PASS" if status == 200 else "FAIL",
                               f"GET /api: {status}", round(time.monotonic() - start, 3)))
         without = _http_status(f"{base}/api/contents")
@@ -266,8 +279,8 @@ def text(header: str, reports: list[ImageReport]) -> str:
 
 
 def remove_test_containers(client: docker.DockerClient) -> int:
-    """After Ctrl-C: every container this runner started, found by its label."""
-    found = client.containers.list(all=True, filters={"label": TEST_LABEL})
+    """After Ctrl-C: every container this run started, found by its label."""
+    found = client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={RUN_ID}"})
     for c in found:
         c.remove(force=True)
     return len(found)

@@ -213,8 +213,8 @@ def build_cmd(
     try:
         with reporter() as rep:
             results = b.build_all(client, res, variants, Project.for_matrix(path), opts, rep)
-    except KeyboardInterrupt:
-        typer.echo("imgbuild: interrupted: the build was cancelled and its containers removed", err=True)
+    except KeyboardInterrupt as exc:
+        typer.echo(f"imgbuild: interrupted: {_cancelled(exc)} and their containers removed", err=True)
         raise typer.Exit(130) from None
     build_view.summary(results)
     if json_file:
@@ -255,8 +255,8 @@ def verify_repro_cmd(
         with reporter() as rep:
             verdict = verify_repro.verify(client, res, chosen[0], Project.for_matrix(path), opts, rep,
                                           rebootstrap)
-    except KeyboardInterrupt:
-        typer.echo("imgbuild: interrupted: the build was cancelled and its containers removed", err=True)
+    except KeyboardInterrupt as exc:
+        typer.echo(f"imgbuild: interrupted: {_cancelled(exc)} and their containers removed", err=True)
         raise typer.Exit(130) from None
     typer.echo(verdict.report())
     if not verdict.reproducible:
@@ -283,6 +283,12 @@ def test_cmd(
         chosen = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
         refs = [v.primary_ref for v in chosen]
     _run_tests(refs, gpus, require_gpu, junit, json_file)
+
+
+def _cancelled(exc: KeyboardInterrupt) -> str:
+    """What Ctrl-C stopped, as the builder counted it (a Ctrl-C before any build began stopped none)."""
+    builds = getattr(exc, "builds", 0)
+    return f"{builds} build{'s' if builds != 1 else ''} cancelled"
 
 
 def _run_tests(refs: list[str], gpus: str, require_gpu: bool, junit: Path | None, json_file: Path | None) -> None:

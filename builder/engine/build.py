@@ -26,7 +26,7 @@ from ..plan.render import verified_context
 from ..progress import Reporter
 from . import client as engine
 from . import normalise
-from .builder import Builder, BuildFailed, ClassicBuilder
+from .builder import Builder, BuildFailed, ClassicBuilder, Interrupted
 
 
 @dataclass(frozen=True)
@@ -127,15 +127,15 @@ def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, pro
                    opts: BuildOptions, rep: Reporter) -> wheels.Fetched:
     """Everything the build's RUN steps fetch from the host: the lock's wheels for this image's Python and
     platform (downloaded only when not cached), each layer's requirements, and uv."""
+    engine.local_build_host(client)  # before the first byte is downloaded
     path = project.lock_path(v)
-    arch = str(client.info().get("Architecture") or "x86_64")
-    target = wheels.Target(v.python, res.facts.os[v.os].glibc, arch)
+    target = wheels.Target(v.python, res.facts.os[v.os].glibc)
     rep.begin(v.name, "checking the wheel cache")
     fetched = wheels.ensure(lockfile.parse(path.read_text(), str(path)), target, str(path), opts.ca_bundle,
                             lambda text: rep.say(v.name, text))
     for layer in wheel_layers(v, project):
         wheels.write_requirements(layer.text)
-    wheels.install_tool(arch)
+    wheels.installer(res.facts.installer, opts.ca_bundle)
     return fetched
 
 
@@ -165,7 +165,7 @@ def pull_built(client: docker.DockerClient, v: Variant, registry: str, digest: s
 
 
 def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
-              opts: BuildOptions, rep: Reporter) -> BuildResult:
+              opts: BuildOptions, rep: Reporter, builder: Builder | None = None) -> BuildResult:
     start = time.monotonic()
     rep.begin(v.name, "resolving inputs")
     build_inputs = inputs(client, res, v, project, opts)
@@ -191,14 +191,19 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
     tar = context_tar(build_inputs.files, v.source_date_epoch)
     with wheel_server.serving():
         try:
-            built = opts.builder(client).build(v.name, tar, dict(build_inputs.buildargs), {HASH_LABEL: digest},
-                                               opts.no_cache, log_path, rep)
+            built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
+                                                            {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
         except BuildFailed as exc:
             if any("Connection refused" in line for line in exc.tail) and WHEEL_URL in exc.step:
                 raise BuildFailed(exc.step, exc.tail, exc.log, f"{exc.reason}: the step could not reach the wheel "
                                   f"cache at {WHEEL_URL}; the engine must run on this host, with its "
                                   f"network (not a remote DOCKER_HOST, Docker Desktop's VM or rootless "
                                   f"Docker)") from None
+            # sha256sum's words for a file of the build container whose digest did not match
+            if any(line.endswith(("/tmp/uv: FAILED", "/tmp/requirements.txt: FAILED")) for line in exc.tail):  # noqa: S108
+                raise BuildFailed(exc.step, exc.tail, exc.log, f"{exc.reason}: {WHEEL_URL} served other bytes than "
+                                  f"the digests the Dockerfile names, so the step stopped before running them "
+                                  f"(the port is held by {wheel_server.holder()})") from None
             raise
     rep.begin(v.name, "normalising the image config")
     result = normalise.normalise(client, built, v.source_date_epoch)
@@ -214,16 +219,18 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
 
 def build_all(client: docker.DockerClient, res: Resolution, variants: list[Variant], project: Project,
               opts: BuildOptions, rep: Reporter) -> list[BuildResult]:
-    """Build in dependency waves, `opts.jobs` at a time; a failure is a result, not an exception."""
+    """Build in dependency waves, `opts.jobs` at a time; a failure is a result, not an exception. Ctrl-C
+    cancels every build in flight, removes their containers and raises Interrupted with their number."""
     results: list[BuildResult] = []
     failed: set[str] = set()
+    builder = opts.builder(client)
 
     def one(v: Variant) -> BuildResult:
         start = time.monotonic()
         if v.parent in failed:
             return BuildResult(v.name, "failed", 0.0, message=f"its runtime image {v.parent} failed")
         try:
-            return build_one(client, res, v, project, opts, rep)
+            return build_one(client, res, v, project, opts, rep, builder)
         except BuildFailed as exc:
             where = f" at {exc.step[:150]}" if exc.step else ""
             rep.say(v.name, f"FAILED{where}")
@@ -231,11 +238,23 @@ def build_all(client: docker.DockerClient, res: Resolution, variants: list[Varia
                                message=f"{exc.reason}{where}\n" + "\n".join(f"    {t}" for t in exc.tail))
 
     for wave in order(res, variants):
-        if opts.jobs <= 1:
-            done = [one(v) for v in wave]
-        else:
-            with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
-                done = list(pool.map(one, wave))
+        done = [one(v) for v in wave] if opts.jobs <= 1 else _parallel(one, wave, opts.jobs, builder)
         results += done
         failed |= {r.variant for r in done if r.status == "failed"}
     return results
+
+
+def _parallel(one: Callable[[Variant], BuildResult], wave: list[Variant], jobs: int,
+              builder: Builder) -> list[BuildResult]:
+    """`one` over the wave, `jobs` at a time. Ctrl-C reaches only this (the main) thread: it cancels the
+    builds in flight through the builder, drops the ones not started, and waits for the threads' cleanup."""
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = [pool.submit(one, v) for v in wave]
+    try:
+        return [f.result() for f in futures]
+    except KeyboardInterrupt:
+        cancelled = builder.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise Interrupted(cancelled) from None
+    finally:
+        pool.shutdown(wait=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,6 +39,14 @@ class BuildFailed(Exception):
         self.step, self.tail, self.log, self.reason = step, tail, log, reason
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C reached the builds: `builds` of them were cancelled and their containers removed."""
+
+    def __init__(self, builds: int) -> None:
+        super().__init__(builds)
+        self.builds = builds
+
+
 class Builder(Protocol):
     def build(self, name: str, tar: bytes, buildargs: dict[str, str], labels: dict[str, str], no_cache: bool,
               log_path: Path, rep: Reporter) -> str:
@@ -45,16 +54,9 @@ class Builder(Protocol):
         Applies no tag. Raises BuildFailed, having removed whatever the build left running."""
         ...
 
-
-@dataclass(frozen=True)
-class ClassicBuilder:
-    """The engine's classic builder through the Docker SDK (docker-py cannot drive BuildKit)."""
-
-    client: docker.DockerClient
-
-    def build(self, name: str, tar: bytes, buildargs: dict[str, str], labels: dict[str, str], no_cache: bool,
-              log_path: Path, rep: Reporter) -> str:
-        return stream_build(self.client, name, tar, buildargs, labels, no_cache, log_path, rep)
+    def cancel(self) -> int:
+        """From another thread (Ctrl-C with `--jobs`): stop every build in flight; returns how many."""
+        ...
 
 
 @dataclass
@@ -66,11 +68,51 @@ class _Run:
     layers: set[str] = field(default_factory=set)
 
 
+class _Cancelled(Exception):
+    """Raised in a build's own thread once `cancel` was called."""
+
+
+class ClassicBuilder:
+    """The engine's classic builder through the Docker SDK (docker-py cannot drive BuildKit)."""
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self._runs: list[_Run] = []
+
+    def build(self, name: str, tar: bytes, buildargs: dict[str, str], labels: dict[str, str], no_cache: bool,
+              log_path: Path, rep: Reporter) -> str:
+        run = _Run(before={str(c.id) for c in self.client.containers.list(all=True)})
+        with self._lock:
+            if self._cancelled.is_set():
+                raise Interrupted(0)
+            self._runs.append(run)
+        try:
+            return stream_build(self.client, name, tar, buildargs, labels, no_cache, log_path, rep, run,
+                                self._cancelled)
+        finally:
+            with self._lock:
+                self._runs.remove(run)
+
+    def cancel(self) -> int:
+        """A build's thread blocks reading the engine's stream, silent while a step runs: removing the step's
+        container ends the step, and the thread then sees the flag at the next chunk and cleans up."""
+        with self._lock:
+            self._cancelled.set()
+            runs = list(self._runs)
+        if runs:
+            fresh = engine.connect(timeout=60)
+            for run in runs:
+                engine.remove_containers(fresh, list(run.containers))
+        return len(runs)
+
+
 def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: dict[str, str],
-                 labels: dict[str, str], no_cache: bool, log_path: Path, rep: Reporter) -> str:
+                 labels: dict[str, str], no_cache: bool, log_path: Path, rep: Reporter, run: _Run,
+                 cancelled: threading.Event) -> str:
     """Run one build, following its stream; returns the image ID. Applies no tag: the caller tags only
     after success, so a failure never leaves a half-tagged image."""
-    run = _Run(before={str(c.id) for c in client.containers.list(all=True)})
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     step, image_id, error = "", None, None
     began, starts = time.monotonic(), []
@@ -96,6 +138,8 @@ def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: 
                                       labels=labels, rm=True, forcerm=True, nocache=no_cache, pull=False,
                                       decode=True, network_mode="host")
             for chunk in stream:
+                if cancelled.is_set():
+                    raise _Cancelled
                 if "stream" in chunk:
                     text = str(chunk["stream"])
                     log.write(text)
@@ -110,16 +154,19 @@ def stream_build(client: docker.DockerClient, name: str, tar: bytes, buildargs: 
             if pending:
                 take(pending)
             starts.append(f"end={time.monotonic() - began:.1f}")
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, _Cancelled):
             log.write("INTERRUPTED\n")
             client.close()  # drops the connection, which makes the engine cancel the build
             cleanup(run)
-            raise
+            raise Interrupted(1) from None
         except docker.errors.APIError as exc:
             error = str(exc.explanation or exc)
             log.write(f"ERROR: {error}\n")
         # When each step began (seconds into the build): what `make bench` splits a build's time by.
         log.write(f"imgbuild step starts: {' '.join(starts)}\n")
+    if cancelled.is_set():  # the step failed because cancel() removed its container
+        cleanup(run)
+        raise Interrupted(1)
     if error or image_id is None:
         cleanup(run)
         raise BuildFailed(step, list(tail), log_path, error or "the build stream ended without an image ID")

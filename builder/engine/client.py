@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import docker.errors
 from docker.models.images import Image
+from docker.tls import TLSConfig
 
 from ..errors import UserError
 
@@ -26,6 +28,8 @@ START_HINT = ("start one (`sudo systemctl start docker`; on Debian/Ubuntu as roo
 class Endpoint:
     host: str
     how: str  # where it came from, for messages
+    tls: Path | None = None  # a docker context's TLS material (ca.pem, cert.pem, key.pem)
+    tls_verify: bool = True
 
 
 def _docker_config_dir() -> Path:
@@ -47,23 +51,41 @@ def endpoint() -> Endpoint:
         except (OSError, ValueError):
             name = None
     if name and name != "default":
-        meta = _docker_config_dir() / "contexts" / "meta" / hashlib.sha256(name.encode()).hexdigest() / "meta.json"
+        digest = hashlib.sha256(name.encode()).hexdigest()
+        meta = _docker_config_dir() / "contexts" / "meta" / digest / "meta.json"
         try:
-            host = json.loads(meta.read_text())["Endpoints"]["docker"]["Host"]
+            docker_endpoint = json.loads(meta.read_text())["Endpoints"]["docker"]
+            host = docker_endpoint["Host"]
         except (OSError, ValueError, KeyError) as exc:
             raise UserError(f"docker context {name!r} ({how}) cannot be read from {meta}: {exc}") from None
-        return Endpoint(host, f"{how} {name!r}")
+        # `docker context create --docker host=tcp://...,ca=,cert=,key=` keeps the files here.
+        tls = _docker_config_dir() / "contexts" / "tls" / digest / "docker"
+        return Endpoint(host, f"{how} {name!r}", tls if tls.is_dir() else None,
+                        not docker_endpoint.get("SkipTLSVerify", False))
     return Endpoint(DEFAULT_SOCKET, "default socket")
+
+
+def client_for(where: Endpoint, timeout: int = BUILD_TIMEOUT_S) -> docker.DockerClient:
+    """A client for the endpoint, with API version negotiation (not yet contacted)."""
+    if where.how == "DOCKER_HOST":
+        return docker.from_env(timeout=timeout)  # honours DOCKER_TLS_VERIFY and DOCKER_CERT_PATH
+    return docker.DockerClient(base_url=where.host, version="auto", timeout=timeout, tls=tls_config(where))
+
+
+def tls_config(where: Endpoint) -> TLSConfig | bool:
+    """A docker context's TLS material as docker-py takes it; False for a context without any."""
+    if where.tls is None:
+        return False
+    found = {name: str(where.tls / name) for name in ("ca.pem", "cert.pem", "key.pem") if (where.tls / name).is_file()}
+    cert = (found["cert.pem"], found["key.pem"]) if "cert.pem" in found and "key.pem" in found else None
+    return TLSConfig(client_cert=cert, ca_cert=found.get("ca.pem"), verify=where.tls_verify and "ca.pem" in found)
 
 
 def connect(timeout: int = BUILD_TIMEOUT_S) -> docker.DockerClient:
     """A client with API version negotiation, or a one-line UserError saying how to get an engine."""
     where = endpoint()
     try:
-        if where.how == "DOCKER_HOST":
-            client = docker.from_env(timeout=timeout)  # honours DOCKER_TLS_VERIFY and DOCKER_CERT_PATH
-        else:
-            client = docker.DockerClient(base_url=where.host, version="auto", timeout=timeout)
+        client = client_for(where, timeout)
         client.ping()
     except (docker.errors.DockerException, OSError) as exc:
         reason = str(exc).splitlines()[0][:200]
@@ -92,3 +114,27 @@ def remove_containers(client: docker.DockerClient, ids: list[str]) -> int:
                 continue
             raise
     return removed
+
+
+def local_build_host(client: docker.DockerClient, where: Endpoint | None = None) -> None:
+    """Refuse, before any download, an engine whose builds cannot fetch from this host's loopback or run
+    these images: the wheel layers' RUN steps use the host's network to reach the wheel cache served here."""
+    where = where or endpoint()
+    info = client.info()
+    fix = "run imgbuild on the Linux host where the engine runs (rootful, x86_64)"
+    scheme, _, rest = where.host.partition("://")
+    address = rest.split("/")[0].rsplit(":", 1)[0].strip("[]")
+    if scheme in ("tcp", "ssh", "http", "https") and address not in ("127.0.0.1", "localhost", "::1"):
+        raise UserError(f"the engine at {where.host} ({where.how}) is on another machine: its builds cannot "
+                        f"reach this host's wheel cache; {fix}")
+    if platform.system() != "Linux":
+        raise UserError(f"this host runs {platform.system()}: the engine's builds run in a VM that cannot reach "
+                        f"this host's loopback; {fix}")
+    if "Docker Desktop" in str(info.get("OperatingSystem", "")):
+        raise UserError(f"the engine is Docker Desktop's VM, whose builds cannot reach this host's loopback; {fix}")
+    if any("rootless" in str(option) for option in info.get("SecurityOptions") or []):
+        raise UserError(f"the engine is rootless Docker, whose host network is a namespace of its own; {fix}")
+    arch = str(info.get("Architecture") or "")
+    if str(info.get("OSType", "linux")) != "linux" or arch != "x86_64" or platform.machine() != "x86_64":
+        raise UserError(f"the engine runs {info.get('OSType')} {arch} on a {platform.machine()} host: imgbuild's "
+                        f"locks and installer are for x86_64 Linux images; {fix}")

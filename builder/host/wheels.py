@@ -5,30 +5,34 @@ Layout under $XDG_CACHE_HOME/imgbuild/wheels/ (served as it is, read-only):
   files/<wheel filename>   each one verified against a lock hash when it was written (atomically)
   sha256/<hex>             a link to files/<name>: how a lock entry finds its wheel without the network
   req/<hex>.txt            a layer's requirements, named by their own SHA-256 (the Dockerfile checks it)
-  tools/uv                 the uv binary the build's RUN steps install with (never part of an image)
+  tools/uv-<sha256>        the uv binary the build's RUN steps install with (never part of an image)
+  locks/<sha256>           held while a wheel downloads: a wheel two builds need comes once
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import html.parser
 import os
-import platform
-import shutil
+import secrets
 import ssl
 import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..plan.lockfile import Lock, Locked, digest, normalise
+from ..matrix.facts import InstallerFacts
+from ..plan.lockfile import PYPI_SIMPLE, Lock, Locked, digest, normalise
 
 DOWNLOAD_JOBS = 4
 TIMEOUT_S = 60
@@ -159,11 +163,32 @@ def _download(candidate: Candidate, context: ssl.SSLContext) -> int:
             part.unlink(missing_ok=True)
     link = root() / "sha256" / candidate.sha256
     link.parent.mkdir(parents=True, exist_ok=True)
-    tmp = link.with_name(f".{candidate.sha256}.tmp")
-    tmp.unlink(missing_ok=True)
+    tmp = link.with_name(f".{candidate.sha256}.{secrets.token_hex(8)}")  # unique: other runs do the same
     tmp.symlink_to(Path("..") / "files" / candidate.filename)
     tmp.replace(link)
     return size
+
+
+@contextlib.contextmanager
+def _held(sha256: str) -> Iterator[None]:
+    """One download of a wheel at a time on this host: other threads (`-j`) and other imgbuild runs that need
+    the same wheel wait here, then find it cached."""
+    locks = root() / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with (locks / sha256).open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _download_once(candidate: Candidate, context: ssl.SSLContext) -> int:
+    """_download, unless another thread or run brought the same file while this one waited: then 0."""
+    with _held(candidate.sha256):
+        if (root() / "sha256" / candidate.sha256).is_file():
+            return 0
+        return _download(candidate, context)
 
 
 @dataclass(frozen=True)
@@ -209,10 +234,11 @@ def ensure(lock: Lock, target: Target, where: str, ca_bundle: Path | None,
 
     def fetch(candidate: Candidate) -> int:
         try:
-            size = _download(candidate, context)
+            size = _download_once(candidate, context)
         except (urllib.error.URLError, OSError) as exc:
             raise UserError(f"{where}: downloading {candidate.filename} failed ({_reason(exc)})") from None
-        say(f"downloaded {candidate.filename} ({size / 1e6:.0f} MB), SHA-256 as locked")
+        say(f"downloaded {candidate.filename} ({size / 1e6:.0f} MB), SHA-256 as locked" if size else
+            f"{candidate.filename}: brought by another build meanwhile")
         return size
 
     with ThreadPoolExecutor(max_workers=DOWNLOAD_JOBS) as pool:
@@ -226,35 +252,68 @@ def _reason(exc: BaseException) -> str:
     return str(reason).splitlines()[0][:160]
 
 
+def _atomic(target: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write `target` whole or not at all, under a temporary name no other thread or run uses."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        Path(tmp).chmod(mode)
+        Path(tmp).replace(target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
 def write_requirements(text: str) -> str:
     """Put a layer's requirements where builds fetch them (req/<sha256>.txt); returns the hex digest."""
     hexdigest = digest(text)
     path = root() / "req" / f"{hexdigest}.txt"
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{hexdigest}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        _atomic(path, text.encode())
     return hexdigest
 
 
-def install_tool(engine_arch: str) -> None:
-    """tools/uv: this host's own uv binary (the `uv` wheel imgbuild depends on), which the build's RUN steps
-    fetch into /tmp, run and delete. It has to run inside the image, on the engine's architecture."""
-    from uv import find_uv_bin
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
-    host = (platform.system(), platform.machine())
-    if host != ("Linux", engine_arch):
-        raise UserError(f"the build installs wheels with this host's uv binary, which is for {host[0]} "
-                        f"{host[1]}, but the engine runs {engine_arch} Linux; run imgbuild on a Linux "
-                        f"{engine_arch} host next to the engine")
-    source = Path(find_uv_bin())
-    target = root() / "tools" / "uv"
-    if target.is_file() and target.stat().st_size == source.stat().st_size and \
-            target.read_bytes() == source.read_bytes():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(".uv.tmp")
-    shutil.copyfile(source, tmp)
-    tmp.chmod(0o755)
-    tmp.replace(target)
+
+def installer(facts: InstallerFacts, ca_bundle: Path | None) -> Path:
+    """tools/uv-<sha256>: matrix.yaml's uv binary (x86_64 Linux), which the build's RUN steps fetch into /tmp,
+    check against the digest the Dockerfile names, run and delete. This host's own uv when it is those bytes
+    (the project pins the same uv), else taken from the pinned wheel on PyPI, both digests checked."""
+    target = root() / "tools" / f"uv-{facts.binary_sha256}"
+    if target.is_file() and _sha256(target.read_bytes()) == facts.binary_sha256:
+        return target
+    try:
+        from uv import find_uv_bin
+
+        data = Path(find_uv_bin()).read_bytes()
+    except (ImportError, OSError):
+        data = b""
+    if _sha256(data) != facts.binary_sha256:
+        data = _binary_from_wheel(facts, ssl_context(ca_bundle))
+    _atomic(target, data, 0o755)
+    return target
+
+
+def _binary_from_wheel(facts: InstallerFacts, context: ssl.SSLContext) -> bytes:
+    where = "matrix.yaml installer.uv"
+    try:
+        found = [c for c in _candidates(PYPI_SIMPLE, "uv", context)
+                 if c.filename == facts.wheel and c.sha256 == facts.wheel_sha256]
+        if not found:
+            raise UserError(f"{where}: PyPI lists no {facts.wheel} with SHA-256 {facts.wheel_sha256}")
+        _download_once(found[0], context)
+    except (urllib.error.URLError, OSError) as exc:
+        raise UserError(f"{where}: cannot fetch {facts.wheel} from PyPI ({_reason(exc)})") from None
+    member = f"uv-{facts.version}.data/scripts/uv"
+    with zipfile.ZipFile(root() / "sha256" / facts.wheel_sha256) as wheel:
+        try:
+            data = wheel.read(member)
+        except KeyError:
+            raise UserError(f"{where}: {facts.wheel} holds no {member}") from None
+    if _sha256(data) != facts.binary_sha256:
+        raise UserError(f"{where}: the uv in {facts.wheel} has SHA-256 {_sha256(data)}, not binary_sha256 "
+                        f"{facts.binary_sha256}; correct matrix.yaml")
+    return data

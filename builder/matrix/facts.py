@@ -86,6 +86,16 @@ class TorchFacts:
 
 
 @dataclass(frozen=True)
+class InstallerFacts:
+    """The uv the build's RUN steps install with: its wheel on PyPI and the binary inside, by digest."""
+
+    version: str
+    wheel: str
+    wheel_sha256: str
+    binary_sha256: str
+
+
+@dataclass(frozen=True)
 class Exclude:
     selector: Selector
     reason: str
@@ -107,6 +117,7 @@ class Facts:
     excludes: tuple[Exclude, ...]
     flavor_pins: dict[str, tuple[tuple[str, str], ...]]
     packages: tuple[str, ...]  # the distro packages every image needs; bootstrapped bases carry them
+    installer: InstallerFacts
 
     def axis(self, name: str) -> tuple[str, ...]:
         return dict(self.axes)[name]
@@ -116,7 +127,8 @@ def parse(path: Path) -> Facts:
     """Read and check matrix.yaml; any problem is a one-line UserError naming file:line and key."""
     root = load(path)
     top = root.mapping()
-    required = {"schema", "image", "source_date_epoch", "defaults", "axes", "os", "cuda", "wheels", "pytorch"}
+    required = {"schema", "image", "source_date_epoch", "defaults", "axes", "os", "cuda", "wheels", "pytorch",
+                "installer"}
     known = required | {"excludes", "flavors", "packages"}
     root.mapping(required, known | {k for k in top if k.startswith("x-")})  # x-*: YAML anchors, comments
     if top["schema"].integer() != 1:
@@ -151,6 +163,7 @@ def parse(path: Path) -> Facts:
         excludes=tuple(_exclude(node) for node in top["excludes"].seq()) if "excludes" in top else (),
         flavor_pins=_flavor_pins(top["flavors"]) if "flavors" in top else {},
         packages=top["packages"].text_list(p.DEB_PACKAGE, "Debian package name") if "packages" in top else (),
+        installer=_installer(top["installer"]),
     )
     _check_references(facts, top)
     return facts
@@ -255,6 +268,17 @@ def _torch(version: str, node: Node) -> TorchFacts:
         min_glibc=m["min_glibc"].text(p.CUDA_LINE, "glibc version (X.Y)"),
         cuda=tuple(cells),
     )
+
+
+def _installer(node: Node) -> InstallerFacts:
+    uv = node.mapping({"uv"})["uv"].mapping({"version", "wheel", "wheel_sha256", "binary_sha256"})
+    version = uv["version"].text(p.VERSION, "uv version")
+    wheel = uv["wheel"].text(p.WHEEL_FILE, "wheel file name")
+    if not wheel.startswith(f"uv-{version}-"):
+        raise uv["wheel"].error(f"{wheel} is not a wheel of uv {version}")
+    return InstallerFacts(version=version, wheel=wheel,
+                          wheel_sha256=uv["wheel_sha256"].text(p.SHA256_HEX, "SHA-256 (64 hex digits)"),
+                          binary_sha256=uv["binary_sha256"].text(p.SHA256_HEX, "SHA-256 (64 hex digits)"))
 
 
 def _flavor_pins(node: Node) -> dict[str, tuple[tuple[str, str], ...]]:

@@ -202,6 +202,7 @@ def _variant(facts: f.Facts, members: list[Cell]) -> Variant:
         parent=parent,
         parent_ref=parent_ref,
         packages=facts.packages,
+        installer_sha256=facts.installer.binary_sha256,
     )
 
 

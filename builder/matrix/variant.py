@@ -47,6 +47,7 @@ class Variant:
     parent: str | None  # jupyter: the name of the runtime Variant it is built on
     parent_ref: str | None  # jupyter: that runtime image's reference, the FROM of its final stage
     packages: tuple[str, ...] = field(default=())  # distro packages: in a bootstrapped base, else apt
+    installer_sha256: str = ""  # the uv binary the wheel layers' RUN steps fetch, run and delete
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
 
     @property

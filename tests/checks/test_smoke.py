@@ -25,10 +25,8 @@ SUITE_TIMEOUT = 1800
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
+def client(default_image: str) -> Iterator[docker.DockerClient]:
     c = engine.connect()
-    if engine.image_or_none(c, IMAGE) is None:
-        pytest.fail(f"{IMAGE} is not built: the build tests (tests/test_engine_build.py) make it")
     yield c
     c.close()
 
@@ -130,16 +128,16 @@ def test_tampered_image_fails_naming_each_problem(client: docker.DockerClient) -
         client.images.remove(str(image.id), force=True)
 
 
-def test_jupyter_image_builds_on_runtime_and_serves_with_token_auth(client: docker.DockerClient) -> None:
-    result = imgbuild("build", "--flavor", "jupyter", "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt",
-                      "--test", timeout=SUITE_TIMEOUT * 2)
+def test_jupyter_image_builds_on_runtime_and_serves_with_token_auth(client: docker.DockerClient,
+                                                                   jupyter_image: str) -> None:
+    result = imgbuild("test", "--flavor", "jupyter", timeout=SUITE_TIMEOUT * 2)
     out = result.stdout
     assert result.returncode == 0, out[-4000:] + result.stderr[-2000:]
     for check in ("jupyter.answers_on_8888", "jupyter.refuses_without_token", "jupyter.accepts_the_token",
                   "jupyter.healthcheck", "jupyter.empty_token_refused"):
         assert f"PASS {check}" in out, check
     runtime = client.images.get(IMAGE)
-    notebook = client.images.get("pytorch-cuda:v2.7")
+    notebook = client.images.get(jupyter_image)
     assert notebook.labels["io.imgbuild.flavor"] == "jupyter"
     shared = runtime.attrs["RootFS"]["Layers"]
     assert notebook.attrs["RootFS"]["Layers"][: len(shared)] == shared, "jupyter shares every runtime layer"

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builder.checks.smoke import ImageReport, _from_junit, expectations, text, write_json, write_junit
+from builder.checks.smoke import (
+    ImageReport,
+    _from_junit,
+    expectations,
+    text,
+    wait_for_status,
+    write_json,
+    write_junit,
+)
 from smoke_tests.results import Result, summary
 
 LABELS = {"io.imgbuild.torch": "2.7.1", "io.imgbuild.torch.cuda": "12.6", "io.imgbuild.cudnn": "9.5.1.17",
@@ -52,3 +60,17 @@ def test_json_report(tmp_path: Path) -> None:
 def test_missing_testinfra_report_is_a_failure(tmp_path: Path) -> None:
     [result] = _from_junit(tmp_path / "none.xml", "image.")
     assert result.status == "FAIL" and "no report" in result.detail
+
+
+def test_waiting_for_jupyter_pauses_between_tries_whatever_the_answer() -> None:
+    """A port that answers 403 (someone else's published port) must not be polled in a busy loop."""
+    calls = []
+
+    def forbidden(url: str) -> int:
+        calls.append(url)
+        return 403
+
+    assert wait_for_status("http://127.0.0.1:1/api", 200, 0.5, pause_s=0.1, status=forbidden) == 403
+    assert 3 <= len(calls) <= 8, f"{len(calls)} requests in 0.5 s"
+    answers = iter([0, 403, 200])
+    assert wait_for_status("u", 200, 5, pause_s=0.01, status=lambda _: next(answers)) == 200

@@ -24,7 +24,7 @@ from builder.host.base import plan as base_plan
 from builder.matrix.resolve import load
 
 from ..conftest import MATRIX, ROOT, imgbuild
-from ..helpers import image_holds, make_test_ca, project_copy
+from ..helpers import image_holds, make_test_ca, project_copy, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 
@@ -207,6 +207,35 @@ def test_sigint_mid_run_cancels_removes_its_container_and_exits_130(client: dock
     time.sleep(2)
     assert containers(client) == before, "the interrupted RUN left a container"
     assert client.images.list(name="imgbuild-test-int") == []
+
+
+def test_sigint_with_two_jobs_cancels_both_builds_at_once(client: docker.DockerClient, torch_image: str,
+                                                          tmp_path: Path) -> None:
+    """Ctrl-C reaches only the main thread; before, it waited for every build of the wave to end and then
+    said they were cancelled."""
+    variants = ("2.7.0-cu126-debian12-runtime", "2.7.1-cu126-debian12-runtime")
+    stamp = str(time.time_ns())  # a step no cache holds
+    sleeping = (" && useradd ", f" && sleep 600 && echo {stamp} && useradd ")
+    matrix = small_project(tmp_path, "imgbuild-test-int2", sleeping, variants)
+    before = containers(client)
+    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "build", "--matrix",
+                             str(matrix), "--os", "debian12", "--cuda", "12.6", "--flavor", "runtime", "--pytorch",
+                             "2.7", "--all", "-j", "2", "--log-dir", str(tmp_path / "logs")],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 240
+    while len(containers(client) - before) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    assert len(containers(client) - before) == 2, "the two builds' sleeping steps never both ran"
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert time.monotonic() - start < 60, "Ctrl-C waited for the builds to end"
+    assert proc.returncode == 130, err
+    assert "interrupted: 2 builds cancelled and their containers removed" in err, err
+    time.sleep(2)
+    assert containers(client) == before, "a cancelled build left a container"
+    assert client.images.list(name="imgbuild-test-int2") == []
 
 
 def test_a_missing_base_names_it_and_offers_a_way(client: docker.DockerClient) -> None:

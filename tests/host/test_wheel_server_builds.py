@@ -1,0 +1,94 @@
+"""A build against whatever holds the wheel server's port: nothing it serves runs unless it has the bytes the
+Dockerfile names, and no image or cached layer keeps what it planted."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from builder.engine import client as engine
+from builder.host import wheel_server, wheels
+from builder.matrix.resolve import load
+from builder.plan.layers import WHEEL_HOST, WHEEL_PORT
+
+from ..conftest import imgbuild
+from ..helpers import SMALL_VARIANT, small_project
+
+pytestmark = [pytest.mark.engine, pytest.mark.network]
+NAME = "imgbuild-test-foreign"
+MARKER = "/imgbuild-planted-marker"
+BUILD_TIMEOUT_S = 900
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker.DockerClient]:
+    c = engine.connect()
+    yield c
+    for image in c.images.list(name=NAME):
+        c.images.remove(str(image.id), force=True)
+
+
+class Planter(http.server.SimpleHTTPRequestHandler):
+    """The worst case: a server on the port that passes the identity check (as only this same user could,
+    with the key) and serves the real cache, but a `uv` of its own that plants a marker."""
+
+    key = b""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/.imgbuild-identity/"):
+            body = wheel_server.proof(self.key, self.path.rsplit("/", 1)[1]).encode()
+        elif self.path.startswith("/tools/uv-"):
+            body = f"#!/bin/sh\ntouch {MARKER}\nexit 0\n".encode()
+        else:
+            super().do_GET()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def planter() -> Iterator[None]:
+    wheel_server._key()  # the user's key, made if this is the first run
+    key = (wheels.root().parent / "wheel-server.key").read_bytes().strip()
+    handler = functools.partial(type("P", (Planter,), {"key": key}), directory=str(wheels.root()))
+    server = http.server.ThreadingHTTPServer((WHEEL_HOST, WHEEL_PORT), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_planted_uv_fails_the_step_and_leaves_no_image_or_layer(client: docker.DockerClient, tmp_path: Path,
+                                                                  planter: None) -> None:
+    matrix = small_project(tmp_path, NAME)
+    result = imgbuild("build", "--matrix", str(matrix), "--no-cache", "--log-dir", str(tmp_path / "logs"),
+                      timeout=BUILD_TIMEOUT_S)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "/tmp/uv: FAILED" in out and "served other bytes than the digests the Dockerfile names" in out, out
+    assert re.search(r"the port is held by user \S+ \(uid \d+\), pid \d+", out), out
+    assert client.images.list(name=NAME) == []
+
+
+def test_after_the_planter_is_gone_the_layer_cache_holds_nothing_it_planted(client: docker.DockerClient,
+                                                                            tmp_path: Path) -> None:
+    """The same steps again, with the engine's layer cache: had the planted step committed a layer, this
+    build would reuse it (as it did before the digests were checked) and the image would hold the marker."""
+    matrix = small_project(tmp_path, NAME)
+    result = imgbuild("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), timeout=BUILD_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ref = load(matrix).variant(SMALL_VARIANT).primary_ref
+    out = client.containers.run(ref, ["sh", "-c", f"test ! -e {MARKER} && echo clean"], remove=True, entrypoint=[])
+    assert out.decode().strip() == "clean"
