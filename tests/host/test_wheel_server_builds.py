@@ -73,8 +73,8 @@ def planter() -> Iterator[None]:
 def test_a_planted_uv_fails_the_step_and_leaves_no_image_or_layer(client: docker.DockerClient, tmp_path: Path,
                                                                   planter: None) -> None:
     matrix = small_project(tmp_path, NAME)
-    result = imgbuild("build", "--matrix", str(matrix), "--no-cache", "--log-dir", str(tmp_path / "logs"),
-                      timeout=BUILD_TIMEOUT_S)
+    result = imgbuild("build", "--matrix", str(matrix), "--bootstrap-base", "--no-cache", "--log-dir",
+                      str(tmp_path / "logs"), timeout=BUILD_TIMEOUT_S)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert "/tmp/uv: FAILED" in out and "served other bytes than the digests the Dockerfile names" in out, out
