@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # machines), every command would otherwise compile ~500 modules, half a second, before doing anything.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro golden bench clean
+.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro golden bench screenshot clean
 
 setup: $(VENV)/.installed
 
@@ -30,7 +30,8 @@ BUILD_FLAGS ?=
 run: setup engine
 	$(BIN)/imgbuild matrix
 	$(BIN)/imgbuild build --bootstrap-base $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE)) $(BUILD_FLAGS)
-	docker run --rm "$$($(BIN)/imgbuild matrix --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["primary_ref"])')" gpu-check
+	docker run --rm $$(docker info --format '{{json .Runtimes}}' | grep -q '"nvidia"' && echo --gpus all) \
+	    "$$($(BIN)/imgbuild matrix --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["primary_ref"])')" gpu-check
 
 engine:
 	scripts/host-setup.sh
@@ -87,6 +88,10 @@ lock: setup
 REPRO_VARIANT ?= 2.7.1-cu126-debian12-runtime
 verify-repro: setup engine
 	$(BIN)/imgbuild verify-repro $(REPRO_VARIANT) --rebootstrap $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+## The README's JupyterLab screenshot, taken by the browser test (needs the engine, chromium and the jupyter image).
+screenshot: setup test-engine
+	IMGBUILD_SCREENSHOT=$(CURDIR)/docs/jupyterlab.png $(BIN)/pytest tests/checks/test_jupyter_browser.py -k uid_1000
 
 ## Regenerate the golden Dockerfiles in tests/golden/ on purpose, after a reviewed template change.
 golden: setup

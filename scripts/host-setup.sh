@@ -23,9 +23,10 @@ if ! command -v unpigz >/dev/null 2>&1; then
     if can_install; then apt_install pigz; else say "pigz is missing (faster pulls): apt-get install pigz"; fi
 fi
 
-# --test: the push tests run Debian's docker-registry on 127.0.0.1, with htpasswd (apache2-utils) for auth.
-if [ "${1:-}" = "--test" ] && ! { command -v docker-registry && command -v htpasswd; } >/dev/null 2>&1; then
-    if can_install; then apt_install docker-registry apache2-utils; else say "the push tests need: apt-get install docker-registry apache2-utils"; fi
+# --test: the push tests run Debian's docker-registry on 127.0.0.1, with htpasswd (apache2-utils) for auth;
+# the browser test drives Debian's chromium (Playwright's own browser download is not used).
+if [ "${1:-}" = "--test" ] && ! { command -v docker-registry && command -v htpasswd && [ -x /usr/bin/chromium ]; } >/dev/null 2>&1; then
+    if can_install; then apt_install docker-registry apache2-utils chromium; else say "the tests need: apt-get install docker-registry apache2-utils chromium"; fi
 fi
 
 if engine_answers; then
