@@ -71,6 +71,8 @@ lint: setup
 	$(BIN)/ruff check builder smoke_tests tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m builder.checks.lint_dockerfiles
+	$(BIN)/actionlint
+	$(BIN)/zizmor --offline --quiet .github/workflows
 
 render: setup
 	$(BIN)/imgbuild render --all

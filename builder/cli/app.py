@@ -50,11 +50,15 @@ def matrix_cmd(
     json_: Annotated[bool, typer.Option("--json", help="the resolved images, every field")] = False,
     github: Annotated[bool, typer.Option("--github", help="a GitHub Actions strategy.matrix object")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="how each selected cell resolved, or why not")] = False,
+    left_out: Annotated[Path | None, typer.Option(
+        "--left-out", help="with --github: write the images it leaves out (no lock) and why, as Markdown")] = None,
 ) -> None:
-    """Show the images a selection resolves to."""
+    """Show the images a selection resolves to. --github schedules only those with a committed lock."""
     from . import matrix_view  # rich: only where a table is drawn
     if sum((json_, github, explain)) > 1:
         raise UserError("--json, --github and --explain are exclusive; pick one")
+    if left_out and not github:
+        raise UserError("--left-out goes with --github")
     res = m.load(m.matrix_path(matrix))
     filters = _filters(os, cuda, pytorch, flavor, variant, all_)
     if explain:
@@ -64,7 +68,12 @@ def matrix_cmd(
     if json_:
         typer.echo(matrix_view.as_json(variants))
     elif github:
-        typer.echo(matrix_view.as_github(variants))
+        from ..plan.lock import buildable
+
+        ready, left = buildable(variants, Project.for_matrix(m.matrix_path(matrix)))
+        typer.echo(matrix_view.as_github(ready))
+        if left_out:
+            left_out.write_text(matrix_view.left_out(left))
     else:
         hint = "" if all_ or variant else "defaults filled the axes you left out; --all lists every match"
         matrix_view.table(variants, hint)

@@ -34,6 +34,15 @@ def as_github(variants: list[Variant]) -> str:
     return json.dumps({"include": include}, separators=(",", ":"))
 
 
+def left_out(left: list[tuple[Variant, str]]) -> str:
+    """Markdown for a CI job summary: the images a workflow does not schedule, and why."""
+    if not left:
+        return "Every image of the selection is scheduled.\n"
+    lines = [f"{len(left)} images are not scheduled:", ""]
+    lines += [f"- `{v.name}`: {why}" for v, why in left]
+    return "\n".join(lines) + "\n"
+
+
 def table(variants: list[Variant], hint: str) -> None:
     # Piped output is read by people and grep alike: give it room instead of rich's 80-column cut.
     console = Console() if sys.stdout.isatty() else Console(width=220)

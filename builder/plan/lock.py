@@ -143,3 +143,15 @@ def pinned(path: Path) -> dict[str, str]:
         if m := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line):
             found[m[1].lower().replace("_", "-")] = m[2]
     return found
+
+
+def buildable(variants: list[Variant], project: Project) -> tuple[list[Variant], list[tuple[Variant, str]]]:
+    """The variants a build can take now, those with a committed lock; and the others, each with why."""
+    ready, left = [], []
+    for v in variants:
+        if project.lock_path(v).is_file():
+            ready.append(v)
+        else:
+            left.append((v, f"no lock: run `imgbuild lock --variant {v.name}` where {v.wheel_index or 'PyPI'} "
+                            f"answers, and commit {project.lock_path(v).relative_to(project.root)}"))
+    return ready, left

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from ..conftest import imgbuild
+from ..conftest import ROOT, imgbuild
 
 
 def test_json_lists_the_12_4_images_on_cu126_with_their_note() -> None:
@@ -26,13 +27,21 @@ def test_json_lists_the_12_4_images_on_cu126_with_their_note() -> None:
             assert image["base_image"] == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
 
 
-def test_github_matrix_has_one_job_per_image() -> None:
-    result = imgbuild("matrix", "--all", "--github")
+def test_github_matrix_has_one_job_per_image_that_can_build(tmp_path: Path) -> None:
+    """Only images with a committed lock are scheduled; the others are listed with the way to lock them."""
+    summary = tmp_path / "left-out.md"
+    result = imgbuild("matrix", "--all", "--github", "--left-out", str(summary))
     assert result.returncode == 0, result.stderr
     include = json.loads(result.stdout)["include"]
-    assert len(include) == 48
+    locked = sorted(p.stem for p in (ROOT / "locks").glob("*.txt"))
+    assert sorted(job["variant"] for job in include) == locked and len(locked) < 48
     assert all(set(job) == {"variant", "os", "cuda", "pytorch", "flavor", "wheel", "tag"} for job in include)
     assert all(isinstance(value, str) for job in include for value in job.values())
+    lines = summary.read_text().splitlines()
+    assert lines[0] == f"{48 - len(locked)} images are not scheduled:"
+    assert "- `2.7.1-cu118-debian12-runtime`: no lock: run `imgbuild lock --variant 2.7.1-cu118-debian12-runtime` " \
+           "where https://download.pytorch.org/whl/cu118 answers, and commit locks/2.7.1-cu118-debian12-runtime.txt" \
+           in lines
 
 
 def test_table_shows_the_default_image() -> None:
