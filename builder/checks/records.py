@@ -7,9 +7,10 @@ names its exact bytes, so a record can never vouch for an image rebuilt since.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ..host import state
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,7 @@ class TestRecord:
 
 
 def directory() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "imgbuild" / "tested"
+    return state.root() / "tested"
 
 
 def _path(image_id: str) -> Path:

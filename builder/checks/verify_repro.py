@@ -10,12 +10,11 @@ from dataclasses import dataclass
 import docker
 import docker.errors
 
-from ..engine import saved
+from ..engine import bases, saved
 from ..engine.build import BuildOptions, build_one
 from ..engine.builder import BuildFailed
 from ..engine.normalise import normalised_config
 from ..errors import UserError
-from ..host import base
 from ..host.base import bootstrap_plan
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
@@ -97,7 +96,7 @@ def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
             plan = bootstrap_plan(res, v.os)
             with contextlib.suppress(docker.errors.ImageNotFound):
                 client.images.remove(plan.ref)  # untags it; its layers stay while images built on it exist
-            base_ids.append(base.bootstrap(client, plan))
+            base_ids.append(bases.bootstrap(client, plan))
         try:
             result = build_one(client, res, v, project, opts, rep)
         except BuildFailed as exc:

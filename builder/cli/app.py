@@ -164,6 +164,7 @@ def base_bootstrap_cmd(
     matrix: MatrixOpt = None,
 ) -> None:
     """Make an OS base image from the distro's archive (mmdebstrap) and load it as imgbuild/base:OS."""
+    from ..engine import bases
     from ..engine import client as engine
     from ..host import base
 
@@ -175,7 +176,7 @@ def base_bootstrap_cmd(
     plan = base.plan(res.facts.os[os_name], ref, mirror, keyring, packages, res.facts.source_date_epoch)
     client = engine.connect()
     typer.echo(f"bootstrapping {os_name} ({plan.os.suite}) from {plan.mirror} ...", err=True)
-    image_id = base.bootstrap(client, plan)
+    image_id = bases.bootstrap(client, plan)
     typer.echo(f"{ref} {image_id}")
 
 

@@ -14,7 +14,7 @@ import docker
 import docker.errors
 
 from ..errors import UserError
-from ..host import base, wheel_server, wheels
+from ..host import state, wheel_server, wheels
 from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
@@ -24,8 +24,8 @@ from ..plan.layers import WHEEL_URL, wheel_layers
 from ..plan.project import Project
 from ..plan.render import verified_context
 from ..progress import Reporter
+from . import bases, normalise
 from . import client as engine
-from . import normalise
 from .builder import Builder, BuildFailed, ClassicBuilder, Interrupted
 
 
@@ -87,7 +87,7 @@ def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts:
     except docker.errors.APIError as exc:
         if opts.bootstrap_base and v.flavor != "devel":
             plan = bootstrap_plan(res, v.os)
-            return plan.ref, base.bootstrap(client, plan)
+            return plan.ref, bases.bootstrap(client, plan)
         offer = (f"make one with `imgbuild base bootstrap {v.os}`, or " if v.flavor != "devel" else "")
         reason = str(exc.explanation or exc).splitlines()[0][:160]
         raise UserError(f"base image {wanted} for {v.name} is not here and cannot be pulled ({reason}); "
@@ -111,10 +111,14 @@ def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
 
 
 def up_to_date(client: docker.DockerClient, digest: str, epoch: int) -> str | None:
-    """The ID of a local image built from exactly these inputs and normalised, if there is one (the builder's
-    own image, kept as the build cache, carries the same label)."""
-    found = client.images.list(filters={"label": f"{HASH_LABEL}={digest}"})
-    return next((str(i.id) for i in found if normalise.is_normalised(i.attrs, epoch)), None)
+    """The image this imgbuild built (or pulled and checked) from exactly these inputs, if it is still here:
+    a label is what an image says about itself, so an image that merely carries it is built again."""
+    known = state.built(digest)
+    image = engine.image_or_none(client, known) if known else None
+    if image is None:
+        return None
+    labels = image.attrs.get("Config", {}).get("Labels") or {}
+    return known if labels.get(HASH_LABEL) == digest and normalise.is_normalised(image.attrs, epoch) else None
 
 
 def tag_all(client: docker.DockerClient, image_id: str, v: Variant) -> None:
@@ -182,6 +186,7 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
             tag_all(client, pulled, v)
             # The variant's own tags hold it now; the build-hash tag is for registries, not for `docker images`.
             client.api.remove_image(hash_ref(v, opts.registry, digest), noprune=True)
+            state.record_built(digest, pulled)
             rep.say(v.name, f"pulled {pulled[:19]} from {opts.registry}: same build inputs")
             return BuildResult(v.name, "pulled", time.monotonic() - start, pulled, v.refs(),
                                client.images.get(pulled).attrs.get("Size"))
@@ -208,6 +213,7 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
     rep.begin(v.name, "normalising the image config")
     result = normalise.normalise(client, built, v.source_date_epoch)
     image_id = result.image_id
+    state.record_built(digest, image_id)
     tag_all(client, image_id, v)
     rep.say(v.name, f"built {image_id[:19]}")
     if result.late:

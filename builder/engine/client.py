@@ -9,6 +9,7 @@ import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -138,3 +139,10 @@ def local_build_host(client: docker.DockerClient, where: Endpoint | None = None)
     if str(info.get("OSType", "linux")) != "linux" or arch != "x86_64" or platform.machine() != "x86_64":
         raise UserError(f"the engine runs {info.get('OSType')} {arch} on a {platform.machine()} host: imgbuild's "
                         f"locks and installer are for x86_64 Linux images; {fix}")
+
+
+def containerd_store(info: dict[str, Any]) -> bool:
+    """Whether the engine keeps images in containerd's store (Docker 29's default for fresh installs), where
+    image IDs are manifest digests rather than config digests."""
+    status = info.get("DriverStatus") or []
+    return any(list(pair)[:2] == ["driver-type", "io.containerd.snapshotter.v1"] for pair in status)

@@ -66,6 +66,11 @@ def engine_checks(client: docker.DockerClient) -> list[Check]:
     found.append(Check("OK" if driver in ("overlay2", "overlayfs") else "WARN", "storage driver",
                        driver if driver in ("overlay2", "overlayfs") else
                        f"{driver}: builds of multi-GB layers are slow on it; overlay2 is the one tested"))
+    if engine.containerd_store(info):
+        found.append(Check("OK", "image store", "containerd (snapshotter): image IDs are manifest digests, "
+                           "not config digests; imgbuild compares images by their layers' diffIDs"))
+    else:
+        found.append(Check("OK", "image store", "the engine's own (graph driver): image IDs are config digests"))
     root = Path(info.get("DockerRootDir", "/var/lib/docker"))
     if root.exists():
         free = shutil.disk_usage(root).free

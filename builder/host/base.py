@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import docker
-
 from .. import patterns as p
 from ..errors import UserError
 from ..matrix.facts import OsFacts
@@ -130,8 +128,9 @@ def _reason(stderr: str) -> str:
     return (errors or lines or ["(no output)"])[0]
 
 
-def image_archive(layer: Path, b: Bootstrap, out: Path) -> str:
-    """A `docker load` archive of one layer with a config of fixed times; returns the image ID."""
+def image_archive(layer: Path, b: Bootstrap, out: Path) -> tuple[str, str]:
+    """A `docker load` archive of one layer with a config of fixed times; returns the config's digest (the
+    image ID on a graph-driver engine) and the layer's diffID."""
     digest = hashlib.sha256()
     with layer.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -166,21 +165,7 @@ def image_archive(layer: Path, b: Bootstrap, out: Path) -> str:
         info.mtime, info.uid, info.gid, info.uname, info.gname = b.epoch, 0, 0, "", ""
         with layer.open("rb") as f:
             tar.addfile(info, f)
-    return "sha256:" + image_id
-
-
-def bootstrap(client: docker.DockerClient, b: Bootstrap, workdir: Path | None = None) -> str:
-    """Make the base, load it under b.ref, and return its image ID."""
-    with tempfile.TemporaryDirectory(dir=workdir, prefix="imgbuild-base-") as tmp:
-        layer, archive = Path(tmp) / "rootfs.tar", Path(tmp) / "image.tar"
-        rootfs(b, layer)
-        image_id = image_archive(layer, b, archive)
-        with archive.open("rb") as f:
-            client.api.load_image(f)  # type: ignore[no-untyped-call]  # docker-py leaves it unannotated
-    loaded = client.images.get(b.ref).id
-    if loaded != image_id:
-        raise UserError(f"docker load gave {loaded} for {b.ref}, expected {image_id}")
-    return image_id
+    return "sha256:" + image_id, diff_id
 
 
 BOOTSTRAP_REPOSITORY = "imgbuild/base"

@@ -19,7 +19,8 @@ import docker
 import pytest
 
 from builder.engine import client as engine
-from builder.host.base import bootstrap
+from builder.engine.bases import bootstrap
+from builder.host import state
 from builder.host.base import plan as base_plan
 from builder.matrix.resolve import load
 
@@ -134,6 +135,20 @@ def test_unchanged_rebuild_only_tags(client: docker.DockerClient, torch_image: s
     assert "up-to-date" in result.stdout
     assert not list(tmp_path.iterdir()), "no build ran, so no log was written"
     print(f"unchanged rebuild: {seconds:.2f}s (CLI start-up included)", file=sys.stderr)
+
+
+def test_an_image_that_only_carries_the_label_is_not_up_to_date(client: docker.DockerClient, torch_image: str,
+                                                                tmp_path: Path) -> None:
+    """The label is what an image says about itself: without this imgbuild's record of having built (or
+    pulled and checked) that image from these inputs, it is built again, here from the layer cache."""
+    digest = client.images.get(torch_image).labels["io.imgbuild.build-hash"]
+    record = state.root() / "built" / digest.removeprefix("sha256:")
+    assert record.read_text().strip() == torch_image, "the build recorded what it made"
+    record.unlink()
+    result = imgbuild("build", "--log-dir", str(tmp_path), "--json", str(tmp_path / "r.json"), timeout=BUILD_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "r.json").read_text())[0]["status"] == "built"
+    assert record.read_text().strip() == torch_image, "rebuilt from the cache: the same image"
 
 
 def test_ca_bundle_is_in_no_layer_config_or_history(client: docker.DockerClient, torch_image: str,

@@ -1,0 +1,79 @@
+"""imgbuild on the engines people run: Docker 28.5 with overlay2 and with the containerd image store (Docker
+29's default), each started beside the host's engine by the test bed (tests/engines.py) and removed after."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from builder.engine import client as engine
+
+from ..conftest import imgbuild
+from ..engines import STORES, InnerEngine, engine_image, inner_engine
+from ..helpers import SMALL_VARIANT, small_project
+
+pytestmark = [pytest.mark.engine, pytest.mark.network]
+NAME = "imgbuild-test-engines"
+TIMEOUT_S = 1200
+
+
+def host_network() -> tuple[str, str, str]:
+    """What an inner engine must leave as it found it: docker0's address, the links, the nat table."""
+    def out(*command: str) -> str:
+        return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False).stdout
+
+    return (out("ip", "-4", "-br", "addr", "show", "docker0"), out("ip", "-br", "link"),
+            out("iptables", "-t", "nat", "-S"))
+
+
+@pytest.fixture(scope="module", params=sorted(STORES))
+def inner(request: pytest.FixtureRequest) -> Iterator[InnerEngine]:
+    host = engine.connect()
+    before = host_network()
+    with inner_engine(host, request.param) as started:
+        yield started
+    assert host_network() == before, "the inner engine changed the host's network"
+    # The host engine still starts a container on its default bridge network.
+    host.containers.run(engine_image(host), ["true"], remove=True)
+    host.close()
+
+
+def on(inner: InnerEngine, *args: str, timeout: int = TIMEOUT_S) -> tuple[int, str]:
+    result = imgbuild(*args, env={"DOCKER_HOST": inner.host}, timeout=timeout)
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_doctor_names_the_image_store(inner: InnerEngine) -> None:
+    _, out = on(inner, "doctor")  # its exit code depends on this host's disk and GPUs
+    line = next((line for line in out.splitlines() if "image store" in line), "")
+    assert "Docker 28.5" in out, out
+    want = "containerd (snapshotter): image IDs are manifest digests" if inner.store == "containerd" else \
+        "the engine's own (graph driver)"
+    assert want in line, out
+
+
+def test_bootstrap_build_and_skip_work(inner: InnerEngine, tmp_path: Path) -> None:
+    """base bootstrap, a build of a small variant through every step the torch images take, and the
+    up-to-date skip, with no internal error."""
+    code, out = on(inner, "base", "bootstrap", "debian12")
+    assert code == 0, out
+    matrix = small_project(tmp_path, NAME)
+    code, out = on(inner, "build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
+                   "--json", str(tmp_path / "built.json"))
+    assert code == 0, out[-4000:]
+    built = json.loads((tmp_path / "built.json").read_text())
+    assert [r["status"] for r in built] == ["built"], built
+    client: docker.DockerClient = inner.client()
+    image = client.images.get(built[0]["image_id"])
+    assert image.labels["io.imgbuild.variant"] == SMALL_VARIANT
+    out_run = client.containers.run(image.id, ["python", "-c", "import six, packaging; print('ok')"], remove=True,
+                                    network_mode="none")
+    assert out_run.decode().strip() == "ok"
+    code, out = on(inner, "build", "--matrix", str(matrix), "--json", str(tmp_path / "again.json"))
+    assert code == 0 and json.loads((tmp_path / "again.json").read_text())[0]["status"] == "up-to-date", out
+    print(f"{inner.store}: {image.id} layers {image.attrs['RootFS']['Layers']}")
