@@ -18,6 +18,7 @@ PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a Python distribution nam
 DEB_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")  # Debian policy 5.6.1
 ARCH = re.compile(r"sm_\d+a?")
 REQUIRE_CUDA = re.compile(r"cuda>=\d+\.\d+")
+MAJOR = re.compile(r"\d+")
 DATE = re.compile(r"\d{4}-\d{2}(-\d{2})?")
 DRIVER = re.compile(r"\d+\.\d+(\.\d+)?")
 SPDX = re.compile(r"[A-Za-z0-9.+-]+( (AND|OR) [A-Za-z0-9.+-]+)*")

@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"line on stdout after {RESULTS_MARKER!r})")
     parser.add_argument("--only", default="", help="run only checks whose name starts with this")
     parser.add_argument("--no-ddp", action="store_true", help="skip the multi-process DDP checks")
+    parser.add_argument("--skip", action="append", default=[], metavar="PREFIX",
+                        help="leave out checks whose name starts with this (repeatable)")
     args = parser.parse_args(argv)
 
     import torch
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header, flush=True)
     results: list[Result] = []
     for name, fn in CHECKS:
-        if not name.startswith(args.only):
+        if not name.startswith(args.only) or name.startswith(tuple(args.skip) or ("\0",)):
             continue
         results.append(run_one(name, lambda fn=fn: fn(ctx)))  # type: ignore[misc]
         print(results[-1].line(), flush=True)

@@ -105,6 +105,22 @@ def diagnose(facts: dict[str, Any], driver: str | None, has_devices: bool, has_l
     return "the driver is present but CUDA failed to initialise: see `nvidia-smi` on the host and dmesg"
 
 
+def toolkit(facts: dict[str, Any]) -> dict[str, Any] | None:
+    """A devel image's CUDA toolkit: what it claims, where it came from, and what its nvcc says."""
+    if not facts.get("cuda_toolkit"):
+        return None
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None)
+    said = None
+    if nvcc:
+        try:
+            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+            m = re.search(r"release (\d+\.\d+), V(\S+)", out)
+            said = m[2] if m else None
+        except OSError:
+            said = None
+    return {"cuda": facts["cuda_toolkit"], "source": facts.get("toolkit_source"), "nvcc": nvcc, "nvcc_version": said}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu-check", description=__doc__)
     parser.add_argument("--require-gpu", action="store_true", help="exit 1 unless CUDA is usable")
@@ -126,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "shm_bytes": shm_bytes(),
         "gpus": [],
         "problems": [],
+        "toolkit": toolkit(facts),
     }
     try:
         report["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
@@ -174,6 +191,8 @@ def render(r: dict[str, Any]) -> str:
         f"driver:         {r['driver'] or 'not visible in this container'}",
         f"torch:          {r['torch']} (CUDA {r['torch_cuda']}, cuDNN {cudnn_text}, NCCL {r['nccl'] or 'n/a'})",
         f"python:         {r['python']}",
+        *([f"toolkit:        CUDA {tk['cuda']} from {tk['source']}; nvcc: "
+           f"{'V' + tk['nvcc_version'] if tk['nvcc_version'] else 'NOT FOUND'}"] if (tk := r.get("toolkit")) else []),
         f"/dev/shm:       {r['shm_bytes'] >> 20 if r['shm_bytes'] is not None else '?'} MB",
     ]
     lines += [f"problem:        {p}" for p in r["problems"]]

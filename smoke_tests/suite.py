@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from smoke_tests import devel
 from smoke_tests.archs import kernels_for
 from smoke_tests.results import Skip
 
@@ -343,6 +344,36 @@ def _compile_cpu(ctx: Context) -> str:
     value = float(fn(torch.randn(1000)))
     assert abs(value - 1000.0) < 1e-2, f"compiled function returned {value}"
     return "Inductor built a CPU kernel with the image's g++"
+
+
+# ---- devel images: the toolkit compiles CUDA code (smoke_tests/devel.py) -----------------------------
+
+
+@check("devel.nvcc")
+def _nvcc(ctx: Context) -> str:
+    return devel.nvcc(ctx.expect)
+
+
+@check("devel.load_inline_compiles")
+def _inline_compiles(ctx: Context) -> str:
+    return devel.inline_compiles(ctx.expect)
+
+
+@check("devel.load_inline_runs")
+def _inline_runs(ctx: Context) -> str:
+    need_gpu(ctx)
+    return devel.inline_runs(ctx.expect)
+
+
+@check("devel.cuda_extension_installs")
+def _extension_installs(ctx: Context) -> str:
+    return devel.extension_installs(ctx.expect)
+
+
+@check("devel.cuda_extension_runs")
+def _extension_runs(ctx: Context) -> str:
+    need_gpu(ctx)
+    return devel.extension_runs(ctx.expect)
 
 
 def expectations(path: str) -> dict[str, Any]:

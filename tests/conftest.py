@@ -39,6 +39,8 @@ def imgbuild(*args: str, cwd: Path = ROOT, timeout: int = 120, env: dict[str, st
 
 DEFAULT_IMAGE = "pytorch-cuda:2.7.1-cuda12.6-cudnn9-debian12-runtime"
 JUPYTER_IMAGE = "pytorch-cuda:v2.7"  # the alias of the default jupyter image
+DEVEL_VARIANT = "2.7.1-cuda12.4-debian13-devel"  # the devel image these machines can build: the archive's toolkit
+DEVEL_IMAGE = "pytorch-cuda:2.7.1-cuda12.4-cudnn9-debian13-devel"
 HOST_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # behind a TLS-intercepting proxy (these machines)
 IMAGE_BUILD_TIMEOUT_S = 2400
 
@@ -62,3 +64,11 @@ def jupyter_image(default_image: str) -> str:
     result = imgbuild("build", "--flavor", "jupyter", *build_args(), timeout=IMAGE_BUILD_TIMEOUT_S)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return JUPYTER_IMAGE
+
+
+@pytest.fixture(scope="session")
+def devel_image() -> str:
+    """The Debian 13 devel image (CUDA 12.4 from trixie's archive) on its runtime image, both built here."""
+    result = imgbuild("build", "--variant", DEVEL_VARIANT, *build_args(), timeout=IMAGE_BUILD_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return DEVEL_IMAGE

@@ -12,6 +12,7 @@ from .. import patterns
 from ..errors import CheckFailed, UserError
 from ..matrix import resolve as m
 from ..matrix.select import Filters, select, select_cells
+from ..matrix.variant import Variant
 from ..plan import render
 from ..plan.project import Project
 
@@ -138,6 +139,12 @@ def lock_cmd(
     for r in results:
         typer.echo(f"{r.status:9} {r.variant}" + (f": {r.message}" if r.status == "failed" else ""))
     failed = [r for r in results if r.status == "failed"]
+    for v in (v for v in variants if v.distro_toolkit):
+        try:
+            typer.echo(_lock_debs(res, v, project))
+        except UserError as exc:  # this variant's .debs; the others still lock
+            typer.echo(f"failed    {v.name}: {exc}")
+            failed.append(lock.LockResult(v.name, "failed", str(exc)))
     typer.echo(f"{len(results) - len(failed)} variants locked into {project.locks}, {len(failed)} failed")
     if bases:
         from ..engine import client as engine
@@ -147,6 +154,26 @@ def lock_cmd(
             typer.echo(line)
     if failed:
         raise typer.Exit(1)
+
+
+def _lock_debs(res: m.Resolution, v: Variant, project: Project) -> str:
+    """locks/<variant>.debs for a devel image on its archive's toolkit: resolved by apt on the OS base."""
+    from ..engine import client as engine
+    from ..engine import debs
+    from ..host.base import host_family, host_mirror
+    from ..plan import deblock
+
+    mirror = host_mirror() if host_family() == v.os_family else None
+    if mirror is None:
+        raise UserError(f"{v.name}: its toolkit's .debs are resolved from the host's {v.os_family} mirror, and "
+                        f"this host's apt sources name none")
+    text = deblock.format_lock(v, mirror, debs.resolve(engine.connect(), res, v, mirror))
+    file = deblock.path(project, v)
+    if file.is_file() and file.read_text() == text:
+        return f"unchanged {v.name}: {file.name}"
+    file.write_text(text)
+    lock = deblock.parse(text, str(file))
+    return f"locked    {v.name}: {file.name}, {len(lock.debs)} .debs, {lock.size / 1e9:.2f} GB"
 
 
 base_app = typer.Typer(no_args_is_help=True, help="OS base images made without a registry.")

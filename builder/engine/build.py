@@ -14,11 +14,12 @@ import docker
 import docker.errors
 
 from ..errors import UserError
+from ..host import debs as host_debs
 from ..host import state, wheel_server, wheels
 from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
-from ..plan import lockfile
+from ..plan import deblock, lockfile
 from ..plan.context import HASH_LABEL, BuildInputs, context_tar, hash_ref
 from ..plan.layers import WHEEL_URL, wheel_layers
 from ..plan.project import Project
@@ -57,14 +58,15 @@ class BuildResult:
 
 
 def order(res: Resolution, variants: list[Variant]) -> list[list[Variant]]:
-    """Waves that can build in parallel: everything else first, then jupyter images on their runtime
-    image, which joins the first wave when it was not selected."""
+    """Waves that can build in parallel: everything else first, then the images built on a runtime image
+    (jupyter, and devel on the archive's toolkit), whose runtime image joins the first wave when it was not
+    selected."""
     chosen = {v.name: v for v in variants}
     for v in variants:
         if v.parent and v.parent not in chosen:
             chosen[v.parent] = res.variant(v.parent)
-    first = [v for v in res.variants if v.name in chosen and v.flavor != "jupyter"]
-    second = [v for v in res.variants if v.name in chosen and v.flavor == "jupyter"]
+    first = [v for v in res.variants if v.name in chosen and not v.parent]
+    second = [v for v in res.variants if v.name in chosen and v.parent]
     return [wave for wave in (first, second) if wave]
 
 
@@ -104,6 +106,9 @@ def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
     if not project.lock_path(v).is_file():
         raise UserError(f"{v.name} has no lock ({project.lock_path(v)}); run `imgbuild lock --variant "
                         f"{v.name}` where its wheel index ({v.wheel_index or 'PyPI'}) answers")
+    if v.distro_toolkit and not deblock.path(project, v).is_file():
+        raise UserError(f"{v.name} has no .deb lock ({deblock.path(project, v)}); run `imgbuild lock --variant "
+                        f"{v.name}` with the {v.os} base here (`imgbuild base bootstrap {v.os}`)")
     rendered = verified_context(v, project, Path(res.facts.file))
     base_ref, base_id = resolve_base(client, res, v, opts)
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
@@ -140,6 +145,11 @@ def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, pro
     for layer in wheel_layers(v, project):
         wheels.write_requirements(layer.text)
     wheels.installer(res.facts.installer, opts.ca_bundle)
+    debs = deblock.read(project, v) if v.distro_toolkit else None
+    if debs is not None:
+        got = host_debs.ensure(debs, str(deblock.path(project, v)), opts.ca_bundle, lambda text: rep.say(v.name, text))
+        fetched = wheels.Fetched(fetched.wheels + got.wheels, fetched.downloaded + got.downloaded,
+                                 fetched.bytes + got.bytes, fetched.seconds + got.seconds)
     return fetched
 
 

@@ -1,9 +1,16 @@
 """An image as `docker save` gives it, read in one stream: its config, each layer's diffID, and (when asked)
 every entry of every layer with its content hash. What the normaliser falls back on where the engine's
-history is unclear, and what `verify-repro` compares."""
+history is unclear, and what `verify-repro` compares.
+
+Two archive layouts: Docker before 25 writes `<id>/layer.tar` and `<config>.json`; Docker 25 and later
+write an OCI layout, every layer, config and manifest a `blobs/sha256/<hex>` file (and a legacy
+manifest.json naming them). The stream comes in the engine's order, so a blob is told apart by its bytes:
+a layer is a tar (the "ustar" magic of its first header), the rest is JSON.
+"""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -76,19 +83,25 @@ def saved_stream(client: docker.DockerClient, image_id: str) -> io.BufferedReade
 
 
 class _Hashing(io.RawIOBase):
-    """Passes a layer's bytes through while hashing them (its diffID)."""
+    """Passes a layer's bytes through while hashing them (its diffID); `head` are bytes already read."""
 
-    def __init__(self, raw: IO[bytes]) -> None:
-        self._raw, self.digest = raw, hashlib.sha256()
+    def __init__(self, raw: IO[bytes], head: bytes = b"") -> None:
+        self._raw, self._head, self.digest = raw, head, hashlib.sha256()
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self._raw.read(len(b))
+        if self._head:
+            data, self._head = self._head[: len(b)], self._head[len(b):]
+        else:
+            data = self._raw.read(len(b))
         self.digest.update(data)
         b[: len(data)] = data
         return len(data)
+
+
+_JSON_BLOB_MAX = 1 << 24  # configs and manifests are kilobytes; larger blobs are never kept in memory
 
 
 def _kind(m: tarfile.TarInfo) -> str:
@@ -96,15 +109,37 @@ def _kind(m: tarfile.TarInfo) -> str:
             else "hardlink" if m.islnk() else "other")
 
 
+def _layer(hashing: _Hashing, epoch: int, index: bool) -> tuple[str, list[str], dict[str, Entry]]:
+    """One layer tar, streamed: its diffID, its entries newer than `epoch`, and (with `index`) every entry."""
+    late: list[str] = []
+    listing: dict[str, Entry] = {}
+    with tarfile.open(fileobj=io.BufferedReader(hashing, 1 << 20), mode="r|") as layer:
+        for e in layer:
+            if e.mtime > epoch:
+                late.append(e.name)
+            if index:
+                content = e.linkname
+                if e.isfile():
+                    data = layer.extractfile(e)
+                    h = hashlib.sha256()
+                    while data is not None and (block := data.read(1 << 20)):
+                        h.update(block)
+                    content = h.hexdigest()
+                listing[e.name] = Entry(_kind(e), e.mode, (e.uid, e.gid), int(e.mtime), e.size, content)
+    while hashing.read(1 << 20):  # the end-of-archive padding belongs to the diffID too
+        pass
+    return "sha256:" + hashing.digest.hexdigest(), late, listing
+
+
 def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = False) -> Saved:
     """Stream the saved image once: config, each layer's diffID and its entries newer than `epoch`
     (with `index`, every entry with its content hash too)."""
-    config: dict[str, object] = {}
     config_bytes, manifest = b"", []
     diff_ids: dict[str, str] = {}
     late: dict[str, list[str]] = {}
     entries: dict[str, dict[str, Entry]] = {}
     links: dict[str, str] = {}  # `docker save` links a layer identical to an earlier one to it
+    blobs: dict[str, bytes] = {}  # JSON blobs of an OCI layout, by path
     with tarfile.open(fileobj=saved_stream(client, image_id), mode="r|") as outer:
         for member in outer:
             if member.issym():
@@ -114,33 +149,30 @@ def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = F
             f = outer.extractfile(member) if member.isfile() else None
             if f is None:
                 continue
-            if member.name.endswith("layer.tar"):
-                hashing = _Hashing(f)
-                late[member.name], listing = [], {}
-                with tarfile.open(fileobj=io.BufferedReader(hashing, 1 << 20), mode="r|") as layer:
-                    for e in layer:
-                        if e.mtime > epoch:
-                            late[member.name].append(e.name)
-                        if index:
-                            content = e.linkname
-                            if e.isfile():
-                                data = layer.extractfile(e)
-                                h = hashlib.sha256()
-                                while data is not None and (block := data.read(1 << 20)):
-                                    h.update(block)
-                                content = h.hexdigest()
-                            listing[e.name] = Entry(_kind(e), e.mode, (e.uid, e.gid), int(e.mtime), e.size,
-                                                    content)
-                while hashing.read(1 << 20):  # the end-of-archive padding belongs to the diffID too
-                    pass
-                diff_ids[member.name] = "sha256:" + hashing.digest.hexdigest()
+            blob = member.name.startswith("blobs/")
+            head = f.read(512) if blob else b""
+            raw: IO[bytes] = f
+            if blob and head[:2] == b"\x1f\x8b":  # a compressed layer (the containerd store keeps some so)
+                raw = gzip.GzipFile(fileobj=io.BufferedReader(_Hashing(f, head)))  # type: ignore[assignment]
+                head = raw.read(512)
+            if member.name.endswith("layer.tar") or (blob and head[257:262] == b"ustar"):
+                diff_ids[member.name], late[member.name], listing = _layer(_Hashing(raw, head), epoch, index)
                 if index:
                     entries[member.name] = listing
             elif member.name == "manifest.json":
                 manifest = json.loads(f.read())
-            elif member.name.endswith(".json") and "/" not in member.name:
+            elif member.name.endswith(".json") and "/" not in member.name and member.name != "index.json":
                 config_bytes = f.read()
-                config = json.loads(config_bytes)
+            elif blob and member.size < _JSON_BLOB_MAX:  # the OCI layout's config, manifest or index
+                blobs[member.name] = head + f.read()
+    if not config_bytes and manifest:  # an OCI layout: the legacy manifest names the config's blob
+        config_bytes = blobs.get(manifest[0]["Config"], b"")
+    config = json.loads(config_bytes) if config_bytes else {}
+    for path in manifest[0]["Layers"] if manifest else []:
+        if path not in diff_ids and path in blobs:  # an empty layer: zeros only, no header to tell it by
+            diff_ids[path], late[path], listing = _layer(_Hashing(io.BytesIO(blobs[path])), epoch, index)
+            if index:
+                entries[path] = listing
     for name, target in links.items():
         diff_ids[name], late[name] = diff_ids[target], late[target]
         if index:

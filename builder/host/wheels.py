@@ -6,7 +6,8 @@ Layout under $XDG_CACHE_HOME/imgbuild/wheels/ (served as it is, read-only):
   sha256/<hex>             a link to files/<name>: how a lock entry finds its wheel without the network
   req/<hex>.txt            a layer's requirements, named by their own SHA-256 (the Dockerfile checks it)
   tools/uv-<sha256>        the uv binary the build's RUN steps install with (never part of an image)
-  locks/<sha256>           held while a wheel downloads: a wheel two builds need comes once
+  debs/<sha256>            a distro toolkit's .deb (host/debs.py), named by its locked digest
+  locks/<sha256>           held while a file downloads: a file two builds need comes once
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import html.parser
 import os
 import secrets
 import ssl
@@ -28,56 +28,19 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import UserError
 from ..matrix.facts import InstallerFacts
-from ..plan.lockfile import PYPI_SIMPLE, Lock, Locked, digest, normalise
+from ..plan.lockfile import PYPI_SIMPLE, Lock, Locked, digest
+from ..plan.wheelfiles import Candidate, Target, best_file, candidates, open_url, rank, reason, ssl_context
+
+__all__ = ["Target", "ssl_context"]  # the wheel-file facts live in plan/wheelfiles; callers reach them here too
 
 DOWNLOAD_JOBS = 4
-TIMEOUT_S = 60
 
 
 def root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imgbuild" / "wheels"
-
-
-@dataclass(frozen=True)
-class Target:
-    """The interpreter and platform an image's wheels are for."""
-
-    python: str  # X.Y
-    glibc: str  # X.Y
-    arch: str = "x86_64"
-
-    def ranks(self) -> dict[str, int]:
-        """Every wheel tag this target installs, best first (packaging's order, as pip and uv use it)."""
-        from packaging import tags  # imported here: only a build that downloads needs it
-
-        major, minor = (int(x) for x in self.glibc.split("."))
-        platforms = [f"manylinux_{major}_{m}_{self.arch}" for m in range(minor, -1, -1)]
-        legacy = ((17, "manylinux2014"), (12, "manylinux2010"), (5, "manylinux1"))
-        platforms += [f"{alias}_{self.arch}" for floor, alias in legacy if major == 2 and minor >= floor]
-        version = tuple(int(x) for x in self.python.split("."))
-        order = [*tags.cpython_tags(version, platforms=platforms),
-                 *tags.compatible_tags(version, f"cp{version[0]}{version[1]}", platforms)]
-        return {str(t): i for i, t in enumerate(order)}
-
-
-def _rank(filename: str, entry: Locked, ranks: dict[str, int]) -> int | None:
-    """How well the wheel `filename` fits the target (lower is better); None where it does not fit, or is not
-    `entry`'s project and version: a hash alone must not let a lock edited to another version pass."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        name, version, _, tags = parse_wheel_filename(filename)
-        if name != normalise(entry.name) or version != Version(entry.version):
-            return None
-    except (InvalidWheelFilename, InvalidVersion):
-        return None
-    found = [ranks[str(t)] for t in tags if str(t) in ranks]
-    return min(found) if found else None
 
 
 def cached(entry: Locked, target: Target, ranks: dict[str, int] | None = None) -> Path | None:
@@ -88,79 +51,39 @@ def cached(entry: Locked, target: Target, ranks: dict[str, int] | None = None) -
         link = root() / "sha256" / h
         if link.is_file():
             wheel = link.resolve()
-            rank = _rank(wheel.name, entry, ranks)
-            if rank is not None and (best is None or rank < best[0]):
-                best = (rank, wheel)
+            fit = rank(wheel.name, entry, ranks)
+            if fit is not None and (best is None or fit < best[0]):
+                best = (fit, wheel)
     return best[1] if best else None
 
 
-class _Links(html.parser.HTMLParser):
-    """The anchors of a PEP 503 simple-index page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.hrefs += [v for k, v in attrs if k == "href" and v]
-
-
-def _open(url: str, context: ssl.SSLContext) -> Any:
-    if not url.startswith(("https://", "http://")):
-        raise UserError(f"{url}: only http(s) indexes are supported")
-    request = urllib.request.Request(url, headers={"User-Agent": "imgbuild"})  # noqa: S310  checked above
-    return urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context)  # noqa: S310  checked above
-
-
-@dataclass(frozen=True)
-class Candidate:
-    filename: str
-    url: str
-    sha256: str
-
-
-def _candidates(index: str, name: str, context: ssl.SSLContext) -> list[Candidate]:
-    url = f"{index}/{name}/"
-    try:
-        with _open(url, context) as response:
-            page = response.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return []
-        raise
-    parser = _Links()
-    parser.feed(page)
-    found = []
-    for href in parser.hrefs:
-        absolute = urllib.parse.urljoin(url, href)
-        path, _, fragment = absolute.partition("#")
-        if fragment.startswith("sha256="):
-            filename = urllib.parse.unquote(path.rsplit("/", 1)[-1])
-            found.append(Candidate(filename, path, fragment.removeprefix("sha256=")))
-    return found
-
-
-def _download(candidate: Candidate, context: ssl.SSLContext) -> int:
-    """Stream one wheel into the cache, checking its SHA-256 on the way; the file appears only if it matches."""
-    files = root() / "files"
-    files.mkdir(parents=True, exist_ok=True)
+def fetch_checked(url: str, sha256: str, target: Path, context: ssl.SSLContext) -> int:
+    """Stream `url` into `target`, checking its SHA-256 on the way; the file appears only if it matches.
+    Returns its size."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
     size = 0
-    with tempfile.NamedTemporaryFile(dir=files, prefix=".part-", delete=False) as out:
+    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".part-", delete=False) as out:
         part = Path(out.name)
         try:
-            with _open(candidate.url, context) as response:
+            with open_url(url, context) as response:
                 while block := response.read(1 << 20):
                     h.update(block)
                     out.write(block)
                     size += len(block)
-            if h.hexdigest() != candidate.sha256:
-                raise UserError(f"{candidate.url}: its SHA-256 is {h.hexdigest()}, not the lock's "
-                                f"{candidate.sha256}; nothing was cached")
-            part.replace(files / candidate.filename)
+            if h.hexdigest() != sha256:
+                raise UserError(f"{url}: its SHA-256 is {h.hexdigest()}, not the lock's {sha256}; nothing was "
+                                f"cached")
+            Path(out.name).chmod(0o644)
+            part.replace(target)
         finally:
             part.unlink(missing_ok=True)
+    return size
+
+
+def _download(candidate: Candidate, context: ssl.SSLContext) -> int:
+    """One wheel into files/, and its sha256/ link."""
+    size = fetch_checked(candidate.url, candidate.sha256, root() / "files" / candidate.filename, context)
     link = root() / "sha256" / candidate.sha256
     link.parent.mkdir(parents=True, exist_ok=True)
     tmp = link.with_name(f".{candidate.sha256}.{secrets.token_hex(8)}")  # unique: other runs do the same
@@ -170,7 +93,7 @@ def _download(candidate: Candidate, context: ssl.SSLContext) -> int:
 
 
 @contextlib.contextmanager
-def _held(sha256: str) -> Iterator[None]:
+def held(sha256: str) -> Iterator[None]:
     """One download of a wheel at a time on this host: other threads (`-j`) and other imgbuild runs that need
     the same wheel wait here, then find it cached."""
     locks = root() / "locks"
@@ -185,7 +108,7 @@ def _held(sha256: str) -> Iterator[None]:
 
 def _download_once(candidate: Candidate, context: ssl.SSLContext) -> int:
     """_download, unless another thread or run brought the same file while this one waited: then 0."""
-    with _held(candidate.sha256):
+    with held(candidate.sha256):
         if (root() / "sha256" / candidate.sha256).is_file():
             return 0
         return _download(candidate, context)
@@ -199,14 +122,6 @@ class Fetched:
     seconds: float
 
 
-def ssl_context(ca_bundle: Path | None) -> ssl.SSLContext:
-    """The system's trust store, plus `ca_bundle` where given (a TLS-intercepting proxy's CA)."""
-    context = ssl.create_default_context()
-    if ca_bundle:
-        context.load_verify_locations(cafile=str(ca_bundle))
-    return context
-
-
 def ensure(lock: Lock, target: Target, where: str, ca_bundle: Path | None,
            say: Callable[[str], None]) -> Fetched:
     """Make every wheel of `lock` for `target` present in the cache, downloading only the missing ones."""
@@ -218,16 +133,9 @@ def ensure(lock: Lock, target: Target, where: str, ca_bundle: Path | None,
     context = ssl_context(ca_bundle)
 
     def choose(entry: Locked) -> Candidate:
-        allowed = set(entry.hashes)
-        for index in lock.indexes:
-            try:
-                fitting = [(rank, c) for c in _candidates(index, entry.name, context)
-                           if c.sha256 in allowed and (rank := _rank(c.filename, entry, ranks)) is not None]
-            except (urllib.error.URLError, OSError) as exc:
-                raise UserError(f"{where}: cannot list {entry.name} at {index} ({_reason(exc)}); check the "
-                                f"network, or pass --ca-bundle behind a TLS-intercepting proxy") from None
-            if fitting:
-                return min(fitting, key=lambda rc: rc[0])[1]
+        found = best_file(lock.indexes, entry, ranks, context, where)
+        if found is not None:
+            return found
         raise UserError(f"{where}: no wheel of {entry.name}=={entry.version} with a locked hash fits Python "
                         f"{target.python} on glibc {target.glibc} at {', '.join(lock.indexes)}; run "
                         f"`imgbuild lock` again")
@@ -236,7 +144,7 @@ def ensure(lock: Lock, target: Target, where: str, ca_bundle: Path | None,
         try:
             size = _download_once(candidate, context)
         except (urllib.error.URLError, OSError) as exc:
-            raise UserError(f"{where}: downloading {candidate.filename} failed ({_reason(exc)})") from None
+            raise UserError(f"{where}: downloading {candidate.filename} failed ({reason(exc)})") from None
         say(f"downloaded {candidate.filename} ({size / 1e6:.0f} MB), SHA-256 as locked" if size else
             f"{candidate.filename}: brought by another build meanwhile")
         return size
@@ -245,11 +153,6 @@ def ensure(lock: Lock, target: Target, where: str, ca_bundle: Path | None,
         chosen = list(pool.map(choose, missing))  # every pin settled before the first byte is downloaded
         sizes = list(pool.map(fetch, chosen))
     return Fetched(len(lock.entries), len(missing), sum(sizes), time.monotonic() - start)
-
-
-def _reason(exc: BaseException) -> str:
-    reason = getattr(exc, "reason", None) or exc
-    return str(reason).splitlines()[0][:160]
 
 
 def _atomic(target: Path, data: bytes, mode: int = 0o644) -> None:
@@ -300,13 +203,13 @@ def installer(facts: InstallerFacts, ca_bundle: Path | None) -> Path:
 def _binary_from_wheel(facts: InstallerFacts, context: ssl.SSLContext) -> bytes:
     where = "matrix.yaml installer.uv"
     try:
-        found = [c for c in _candidates(PYPI_SIMPLE, "uv", context)
+        found = [c for c in candidates(PYPI_SIMPLE, "uv", context)
                  if c.filename == facts.wheel and c.sha256 == facts.wheel_sha256]
         if not found:
             raise UserError(f"{where}: PyPI lists no {facts.wheel} with SHA-256 {facts.wheel_sha256}")
         _download_once(found[0], context)
     except (urllib.error.URLError, OSError) as exc:
-        raise UserError(f"{where}: cannot fetch {facts.wheel} from PyPI ({_reason(exc)})") from None
+        raise UserError(f"{where}: cannot fetch {facts.wheel} from PyPI ({reason(exc)})") from None
     member = f"uv-{facts.version}.data/scripts/uv"
     with zipfile.ZipFile(root() / "sha256" / facts.wheel_sha256) as wheel:
         try:

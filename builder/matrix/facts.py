@@ -45,10 +45,23 @@ class OsFacts:
 
 
 @dataclass(frozen=True)
+class DistroToolkit:
+    """A CUDA toolkit from the OS's own archive: its packages (installed on the runtime image from .debs the
+    lock pins by digest), the archive component holding them, nvcc's version, and the host compiler nvcc
+    accepts (the OS's default gcc may be newer than the toolkit allows)."""
+
+    component: str
+    packages: tuple[str, ...]
+    nvcc: str
+    compiler: str  # N of gcc-N / g++-N
+
+
+@dataclass(frozen=True)
 class CudaFacts:
     line: str
     toolkit: str
     devel: tuple[tuple[str, str], ...]  # (os, nvidia/cuda devel image)
+    distro: tuple[tuple[str, DistroToolkit], ...]  # (os, the toolkit its archive carries)
     driver_minor_compat: str
     driver_native: str
     require_cuda: str
@@ -81,6 +94,7 @@ class TorchFacts:
     torchaudio: str
     triton: str
     min_python: str
+    max_python: str
     min_glibc: str
     cuda: tuple[tuple[str, TorchCell], ...]
 
@@ -214,7 +228,7 @@ def _os(name: str, node: Node) -> OsFacts:
 
 
 def _cuda(line: str, node: Node) -> CudaFacts:
-    m = node.mapping({"toolkit", "devel", "driver", "require_cuda", "eol"})
+    m = node.mapping({"toolkit", "devel", "driver", "require_cuda", "eol"}, {"distro"})
     driver = m["driver"].mapping({"minor_compat", "native"})
     toolkit = m["toolkit"].text(p.VERSION, "toolkit version")
     if not toolkit.startswith(line + "."):
@@ -224,11 +238,23 @@ def _cuda(line: str, node: Node) -> CudaFacts:
         toolkit=toolkit,
         devel=tuple((os, ref.text(p.IMAGE_REF, "image reference"))
                     for os, ref in m["devel"].keyed(p.OS_NAME, "OS name")),
+        distro=tuple((os, _distro(line, tk)) for os, tk in m["distro"].keyed(p.OS_NAME, "OS name"))
+        if "distro" in m else (),
         driver_minor_compat=driver["minor_compat"].text(p.DRIVER, "driver version"),
         driver_native=driver["native"].text(p.DRIVER, "driver version"),
         require_cuda=m["require_cuda"].text(p.REQUIRE_CUDA, "NVIDIA_REQUIRE_CUDA"),
         eol=m["eol"].opt_text(p.DATE, "date (YYYY-MM[-DD])"),
     )
+
+
+def _distro(line: str, node: Node) -> DistroToolkit:
+    m = node.mapping({"component", "packages", "nvcc", "compiler"})
+    nvcc = m["nvcc"].text(p.VERSION, "nvcc version")
+    if not nvcc.startswith(line + "."):
+        raise m["nvcc"].error(f"nvcc {nvcc} is not on CUDA line {line}")
+    return DistroToolkit(component=m["component"].text(p.NAME, "archive component"),
+                         packages=m["packages"].text_list(p.DEB_PACKAGE, "Debian package name"),
+                         nvcc=nvcc, compiler=m["compiler"].text(p.MAJOR, "gcc major version"))
 
 
 def _wheel(name: str, node: Node) -> WheelFacts:
@@ -253,7 +279,7 @@ def _wheel(name: str, node: Node) -> WheelFacts:
 
 
 def _torch(version: str, node: Node) -> TorchFacts:
-    m = node.mapping({"torchvision", "torchaudio", "triton", "min_python", "min_glibc", "cuda"})
+    m = node.mapping({"torchvision", "torchaudio", "triton", "min_python", "max_python", "min_glibc", "cuda"})
     cells = []
     for line, cell in m["cuda"].keyed(p.CUDA_LINE, "CUDA line"):
         c = cell.mapping({"wheel"}, {"note"})
@@ -265,6 +291,7 @@ def _torch(version: str, node: Node) -> TorchFacts:
         torchaudio=m["torchaudio"].text(p.VERSION, "version"),
         triton=m["triton"].text(p.VERSION, "version"),
         min_python=m["min_python"].text(p.CUDA_LINE, "Python version (X.Y)"),
+        max_python=m["max_python"].text(p.CUDA_LINE, "Python version (X.Y)"),
         min_glibc=m["min_glibc"].text(p.CUDA_LINE, "glibc version (X.Y)"),
         cuda=tuple(cells),
     )
@@ -322,6 +349,15 @@ def _check_references(facts: Facts, top: dict[str, Node]) -> None:
             if os_name not in facts.os:
                 hint = did_you_mean(os_name, list(facts.os))
                 raise devel[os_name].error(f"OS {os_name!r} is not defined under 'os:'{hint}")
+        distro = top["cuda"].mapping()[line].mapping().get("distro")
+        for os_name, _ in cuda.distro:
+            assert distro is not None
+            if os_name not in facts.os:
+                hint = did_you_mean(os_name, list(facts.os))
+                raise distro.mapping()[os_name].error(f"OS {os_name!r} is not defined under 'os:'{hint}")
+            if os_name in dict(cuda.devel):
+                raise distro.mapping()[os_name].error(
+                    f"{os_name} has an nvidia/cuda devel image under 'devel:' already; keep one toolkit per cell")
     for wheel in facts.wheels.values():
         if wheel.cuda not in facts.cuda:
             raise top["wheels"].mapping()[wheel.name].error(f"CUDA {wheel.cuda} has no facts under 'cuda:'")

@@ -108,19 +108,31 @@ def _ruled_out(facts: f.Facts, os_name: str, line: str, version: str, flavor: st
     os_facts = facts.os[os_name]
     if version_key(os_facts.python) < version_key(torch.min_python):
         return f"{os_name}'s Python {os_facts.python} is older than PyTorch {version} needs ({torch.min_python})"
+    if version_key(os_facts.python) > version_key(torch.max_python):
+        return (f"{os_name}'s Python {os_facts.python} is newer than PyTorch {version}'s wheels serve "
+                f"(cp{torch.min_python.replace('.', '')} to cp{torch.max_python.replace('.', '')})")
     if version_key(os_facts.glibc) < version_key(torch.min_glibc):
         return (f"{os_name}'s glibc {os_facts.glibc} is older than the wheels' manylinux_"
                 f"{torch.min_glibc.replace('.', '_')} needs")
-    if flavor == "devel" and os_name not in dict(facts.cuda[line].devel):
-        return f"NVIDIA publishes no nvidia/cuda:{facts.cuda[line].toolkit}-devel image for {os_name}"
-    if flavor == "jupyter":
-        # The jupyter image is the runtime image plus JupyterLab: it exists only where the runtime one does.
+    cuda = facts.cuda[line]
+    distro = flavor == "devel" and os_name in dict(cuda.distro)
+    if flavor == "devel" and os_name not in dict(cuda.devel) and not distro:
+        return (f"NVIDIA publishes no nvidia/cuda:{cuda.toolkit}-devel image for {os_name}, and {os_name}'s "
+                f"archive carries no CUDA {line} toolkit in matrix.yaml (cuda.{line}.distro)")
+    if flavor == "jupyter" or distro:
+        # Built on the runtime image (JupyterLab, or the archive's toolkit, added): only where that one is.
+        what = "jupyter" if flavor == "jupyter" else f"the {os_name} devel image (the archive's toolkit)"
         if "runtime" not in facts.axis("flavor"):
-            return "jupyter builds on the runtime image, and runtime is not on the flavor axis"
+            return f"{what} builds on the runtime image, and runtime is not on the flavor axis"
         below = _ruled_out(facts, os_name, line, version, "runtime")
         if below:
-            return f"jupyter builds on the runtime image, which is absent: {below}"
+            return f"{what} builds on the runtime image, which is absent: {below}"
     return None
+
+
+def distro_toolkit(facts: f.Facts, os_name: str, line: str, flavor: str) -> f.DistroToolkit | None:
+    """The archive's toolkit a devel cell installs on its runtime image, if that is where its toolkit is from."""
+    return dict(facts.cuda[line].distro).get(os_name) if flavor == "devel" else None
 
 
 def _wheel_of(facts: f.Facts, version: str, line: str) -> f.WheelFacts:
@@ -148,7 +160,8 @@ def _variant(facts: f.Facts, members: list[Cell]) -> Variant:
     wheel = _wheel_of(facts, first.pytorch, first.cuda)
     os_facts = facts.os[first.os]
     lines = tuple(sorted({c.cuda for c in members}, key=version_key))
-    devel = first.flavor == "devel"
+    distro = distro_toolkit(facts, first.os, first.cuda, first.flavor)
+    devel = first.flavor == "devel" and distro is None  # on an nvidia/cuda devel base
     toolkit_line = facts.cuda[first.cuda] if devel else facts.cuda[wheel.cuda]
     if devel:
         base = dict(toolkit_line.devel)[first.os]
@@ -156,7 +169,8 @@ def _variant(facts: f.Facts, members: list[Cell]) -> Variant:
         base = f"{os_facts.base}@{os_facts.digest}" if os_facts.digest else os_facts.base
     spec = facts.image
     repository = f"{spec.registry}/{spec.name}" if spec.registry else spec.name
-    parent = _image_name(facts, first.os, first.cuda, first.pytorch, "runtime") if first.flavor == "jupyter" else None
+    on_runtime = first.flavor == "jupyter" or distro is not None
+    parent = _image_name(facts, first.os, first.cuda, first.pytorch, "runtime") if on_runtime else None
     values = {"torch": first.pytorch, "cudnn_major": wheel.cudnn.split(".")[0], "os": first.os,
               "flavor": first.flavor, "python": os_facts.python, "wheel": wheel.name}
     tags = tuple(spec.tag.format(cuda=line, **values) for line in lines)
@@ -174,7 +188,8 @@ def _variant(facts: f.Facts, members: list[Cell]) -> Variant:
         base_image=base,
         python=os_facts.python,
         cuda_lines=lines,
-        cuda_toolkit=toolkit_line.toolkit if devel else None,
+        cuda_toolkit=toolkit_line.toolkit if devel else distro.nvcc if distro else None,
+        distro_toolkit=distro,
         torch=first.pytorch,
         torchvision=torch.torchvision,
         torchaudio=torch.torchaudio,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from .facts import DistroToolkit
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -19,7 +21,8 @@ class Variant:
     base_image: str  # the FROM reference: the plain OS, or nvidia/cuda devel; with @digest when pinned
     python: str
     cuda_lines: tuple[str, ...]
-    cuda_toolkit: str | None  # devel only: the nvidia/cuda toolkit the image carries
+    cuda_toolkit: str | None  # devel only: the toolkit the image carries (nvidia/cuda's, or nvcc's version)
+    distro_toolkit: DistroToolkit | None  # devel on the OS's archive toolkit, installed on its runtime image
     torch: str
     torchvision: str
     torchaudio: str
@@ -44,8 +47,8 @@ class Variant:
     licenses: str
     facts_checked: str  # how the wheel facts were checked (wheel, 3P, ...)
     flavor_pins: tuple[tuple[str, str], ...]  # what the flavour adds: jupyterlab, ninja
-    parent: str | None  # jupyter: the name of the runtime Variant it is built on
-    parent_ref: str | None  # jupyter: that runtime image's reference, the FROM of its final stage
+    parent: str | None  # jupyter, distro devel: the name of the runtime Variant it is built on
+    parent_ref: str | None  # that runtime image's reference, the FROM of its final stage
     packages: tuple[str, ...] = field(default=())  # distro packages: in a bootstrapped base, else apt
     installer_sha256: str = ""  # the uv binary the wheel layers' RUN steps fetch, run and delete
     extra_labels: tuple[tuple[str, str], ...] = field(default=())
@@ -66,6 +69,14 @@ class Variant:
     @property
     def primary_ref(self) -> str:
         return f"{self.repository}:{self.primary_tag}"
+
+    @property
+    def toolkit_source(self) -> str:
+        """Where a devel image's toolkit comes from, in words a label and gpu-check show."""
+        if self.distro_toolkit is not None:
+            tk = self.distro_toolkit
+            return f"{self.os_family} {self.os_suite} {tk.component}: {' '.join(tk.packages)}"
+        return self.base_image if self.cuda_toolkit else ""
 
     def refs(self) -> tuple[str, ...]:
         """Every repository:tag this image gets, aliases last."""
@@ -101,5 +112,8 @@ class Variant:
             labels["org.opencontainers.image.licenses"] = self.licenses
         if self.cuda_toolkit:
             labels["io.imgbuild.cuda.toolkit"] = self.cuda_toolkit
+            labels["io.imgbuild.cuda.toolkit.source"] = self.toolkit_source
+        if self.distro_toolkit:
+            labels["io.imgbuild.cuda.nvcc"] = self.distro_toolkit.nvcc
         labels.update(self.extra_labels)
         return dict(sorted(labels.items()))

@@ -43,6 +43,10 @@ def _variant_json(v: Variant) -> bytes:
         "torch_cuda": v.torch_cuda, "wheel": v.wheel, "cudnn": v.cudnn, "nccl": v.nccl, "archs": list(v.archs),
         "ptx": v.ptx, "driver_min": v.driver_min, "cuda_lines": list(v.cuda_lines), "tags": list(v.refs()),
     }
+    if v.cuda_toolkit:  # devel: the toolkit nvcc must report, and where it came from
+        facts.update({"cuda_toolkit": v.cuda_toolkit, "toolkit_source": v.toolkit_source})
+    if v.distro_toolkit:
+        facts["nvcc"] = v.distro_toolkit.nvcc
     return (json.dumps(facts, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -71,7 +75,9 @@ def shipped(v: Variant, project: Project) -> list[ContextFile]:
     """Every file of the context but the Dockerfile, sorted by path: what the final image gets under /, in
     one `COPY rootfs/ /` with fixed times."""
     files = [ContextFile(f"{ROOTFS}/etc/imgbuild/variant.json", _variant_json(v), REGULAR)]
-    if v.flavor == "jupyter":
+    if v.distro_toolkit:
+        pass  # built on the runtime image, which holds the rest: only its own facts
+    elif v.flavor == "jupyter":
         files += _static(project, {"start-jupyter": f"{ROOTFS}/usr/local/bin/start-jupyter",
                                    "jupyter_server_config.py": f"{ROOTFS}/etc/jupyter/jupyter_server_config.py"})
     else:

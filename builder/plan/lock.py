@@ -12,16 +12,20 @@ import hashlib
 import os
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
+from . import deblock, lockfile
 from .project import Project
+from .wheelfiles import Target, best_file, ssl_context
 
 _HEADER = re.compile(r"^# imgbuild lock (?P<variant>\S+) inputs=(?P<digest>sha256:[0-9a-f]{64})\n")
 RESOLVE_TIMEOUT_S = 600
+UV_NEWEST_GLIBC = (2, 40)  # the newest manylinux platform uv's --python-platform takes (uv 0.13)
 _UNREACHABLE = re.compile(r"dns error|failed to lookup address|connection refused|timed out|connect error", re.I)
 
 
@@ -37,7 +41,7 @@ class LockSpec:
 
     def digest(self) -> str:
         text = "\n".join([f"python {self.python}", f"platform {self.platform}", f"index {self.index or 'pypi'}",
-                          *self.requirements])
+                          "files one per pin", *self.requirements])
         return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
     def header(self) -> str:
@@ -54,9 +58,16 @@ class LockResult:
 def spec(res: Resolution, v: Variant) -> LockSpec:
     pins = [("torch", v.torch), ("torchvision", v.torchvision), ("torchaudio", v.torchaudio),
             ("triton", v.triton), *v.nvidia_pins, *v.flavor_pins]
-    glibc = res.facts.os[v.os].glibc.replace(".", "_")
+    major, minor = (int(x) for x in res.facts.os[v.os].glibc.split("."))
+    # uv names platforms up to manylinux_2_40; a newer glibc runs every wheel 2_40 does (none needs more).
+    if (major, minor) > UV_NEWEST_GLIBC:
+        major, minor = UV_NEWEST_GLIBC
     return LockSpec(v.name, tuple(f"{name}=={version}" for name, version in pins), v.python,
-                    f"x86_64-manylinux_{glibc}", v.wheel_index)
+                    f"x86_64-manylinux_{major}_{minor}", v.wheel_index)
+
+
+def _target(res: Resolution, v: Variant) -> Target:
+    return Target(v.python, res.facts.os[v.os].glibc)
 
 
 def _uv() -> str:
@@ -87,6 +98,28 @@ def resolve(s: LockSpec) -> str:
     return s.header() + done.stdout
 
 
+def narrow(text: str, target: Target, where: str) -> str:
+    """uv's lock with every pin narrowed to the one file the image installs: that file's hash alone, its name
+    in a comment above. uv allows every file of a release (other Pythons, other platforms, an sdist); a
+    host's cache could then hold any fitting one, and which one decides the image's bytes."""
+    lock = lockfile.parse(text, where)
+    ranks = target.ranks()
+    context = ssl_context(None)
+
+    def one(entry: lockfile.Locked) -> str:
+        found = best_file(lock.indexes, entry, ranks, context, where)
+        if found is None:
+            raise UserError(f"{where}: no file of {entry.name}=={entry.version} that uv locked fits Python "
+                            f"{target.python} on glibc {target.glibc}")
+        first = entry.text.splitlines()[0].rstrip(" \\")
+        return f"# {found.filename}\n{first} \\\n    --hash=sha256:{found.sha256}\n"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        entries = list(pool.map(one, lock.entries))
+    kept = [line + "\n" for line in text.splitlines()[1:] if line.startswith(("--index-url", "--extra-index-url"))]
+    return text.split("\n", 1)[0] + "\n" + "".join(kept) + "".join(entries)
+
+
 def lock(res: Resolution, variants: list[Variant], project: Project) -> list[LockResult]:
     """Write locks/<variant>.txt for each variant; one that cannot be resolved is a failed result, and the
     others still lock. Variants with the same spec (runtime and jupyter share Python and index) resolve once."""
@@ -101,7 +134,7 @@ def lock(res: Resolution, variants: list[Variant], project: Project) -> list[Loc
             results.append(LockResult(v.name, "failed", unreachable[s.index]))
             continue
         try:
-            text = done[key] if key in done else resolve(s)
+            text = done[key] if key in done else narrow(resolve(s), _target(res, v), str(project.lock_path(v)))
         except UserError as exc:
             if _UNREACHABLE.search(str(exc)):
                 unreachable[s.index] = str(exc)
@@ -131,6 +164,10 @@ def check(res: Resolution, variants: list[Variant], project: Project) -> list[Lo
         want = spec(res, v).digest()
         if m is None or m["variant"] != v.name or m["digest"] != want:
             results.append(LockResult(v.name, "stale", f"{path} was resolved from other pins or another target"))
+        elif v.distro_toolkit and (debs := deblock.path(project, v)).is_file() is False:
+            results.append(LockResult(v.name, "missing", f"no {debs}"))
+        elif v.distro_toolkit and deblock.parse(debs.read_text(), str(debs)).inputs != deblock.inputs(v):
+            results.append(LockResult(v.name, "stale", f"{debs} was resolved for other packages"))
         else:
             results.append(LockResult(v.name, "current"))
     return results
@@ -149,7 +186,10 @@ def buildable(variants: list[Variant], project: Project) -> tuple[list[Variant],
     """The variants a build can take now, those with a committed lock; and the others, each with why."""
     ready, left = [], []
     for v in variants:
-        if project.lock_path(v).is_file():
+        if v.distro_toolkit and project.lock_path(v).is_file() and not deblock.path(project, v).is_file():
+            left.append((v, f"no .deb lock: run `imgbuild lock --variant {v.name}` with the {v.os} base here, "
+                            f"and commit {deblock.path(project, v).relative_to(project.root)}"))
+        elif project.lock_path(v).is_file():
             ready.append(v)
         else:
             left.append((v, f"no lock: run `imgbuild lock --variant {v.name}` where {v.wheel_index or 'PyPI'} "

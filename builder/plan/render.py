@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from ..matrix.variant import Variant
+from . import deblock
 from .context import REGULAR, ContextFile, files_digest, mode_of, shipped
 from .layers import WHEEL_URL, wheel_layers
 from .project import PAYLOAD, Project
@@ -46,10 +47,14 @@ def _environment(project: Project) -> jinja2.Environment:
 
 def dockerfile(v: Variant, project: Project, files: list[ContextFile]) -> ContextFile:
     """The variant's Dockerfile; `files` are the context's other files, which its inputs label covers."""
-    template = "Dockerfile.jupyter.j2" if v.flavor == "jupyter" else "Dockerfile.j2"
+    template = ("Dockerfile.jupyter.j2" if v.flavor == "jupyter" else
+                "Dockerfile.toolkit.j2" if v.distro_toolkit else "Dockerfile.j2")
     labels = {**v.labels(), INPUTS_LABEL: _PLACEHOLDER}
+    toolkit = {"debs": deblock.read(project, v), "packages": deblock.packages(v), "host_driver": deblock.HOST_DRIVER,
+               "host_driver_control": deblock.HOST_DRIVER_CONTROL} if v.distro_toolkit else {}
     draft = _environment(project).get_template(template).render(
-        v=v, labels=dict(sorted(labels.items())), wheel_layers=wheel_layers(v, project), wheel_url=WHEEL_URL)
+        v=v, labels=dict(sorted(labels.items())), wheel_layers=wheel_layers(v, project), wheel_url=WHEEL_URL,
+        **toolkit)
     digest = files_digest([*files, ContextFile("Dockerfile", draft.encode(), REGULAR)])
     return ContextFile("Dockerfile", draft.replace(_PLACEHOLDER, "sha256:" + digest).encode(), REGULAR)
 
@@ -145,11 +150,12 @@ def _cache_dir() -> Path:
 
 def _inputs_key(v: Variant, project: Project, matrix: Path) -> str:
     """A hash of everything a render of `v` reads: this package's code, the templates, the smoke payload,
-    the matrix and the variant's lock (and its runtime image's)."""
+    the matrix and the variant's locks (and its runtime image's)."""
     h = hashlib.sha256(f"{v.name}\0{project.root}\0{project.templates}\0".encode())
     parent = project.parent_lock_path(v)
     sources = [*sorted(_CODE.rglob("*.py")), *sorted(p for p in project.templates.rglob("*") if p.is_file()),
-               *sorted(PAYLOAD.glob("*.py")), matrix, project.lock_path(v), *([parent] if parent else [])]
+               *sorted(PAYLOAD.glob("*.py")), matrix, project.lock_path(v), *([parent] if parent else []),
+               *([deblock.path(project, v)] if v.distro_toolkit else [])]
     for path in sources:
         data = path.read_bytes() if path.is_file() else b"(none)"
         h.update(f"{path}\0{len(data)}\0".encode() + data)

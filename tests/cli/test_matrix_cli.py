@@ -12,8 +12,8 @@ def test_json_lists_the_12_4_images_on_cu126_with_their_note() -> None:
     result = imgbuild("matrix", "--cuda", "12.4", "--all", "--json")
     assert result.returncode == 0, result.stderr
     images = json.loads(result.stdout)
-    assert len(images) == 14
-    assert len({i["name"] for i in images}) == 14, "each image once"
+    assert len(images) == 20  # 4 OSes x 2 releases x (runtime, jupyter), and 4 devel
+    assert len({i["name"] for i in images}) == 20, "each image once"
     for image in images:
         assert image["wheel"] == "cu126" and image["torch_cuda"] == "12.6"
         assert any("no cu124 wheel" in n for n in image["notes"])
@@ -22,6 +22,9 @@ def test_json_lists_the_12_4_images_on_cu126_with_their_note() -> None:
         if image["flavor"] != "devel":
             assert any("-cuda12.6-" in t for t in tags), "runtime/jupyter images are shared with 12.6"
             assert image["cuda_lines"] == ["12.4", "12.6"]
+        elif image["os"] == "debian13":  # the archive's toolkit, on its runtime image
+            assert image["cuda_toolkit"] == "12.4.131" and image["distro_toolkit"]["component"] == "non-free"
+            assert image["base_image"].endswith("-cuda12.4-cudnn9-debian13-runtime")
         else:
             assert image["cuda_toolkit"] == "12.4.1"
             assert image["base_image"] == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
@@ -34,11 +37,11 @@ def test_github_matrix_has_one_job_per_image_that_can_build(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
     include = json.loads(result.stdout)["include"]
     locked = sorted(p.stem for p in (ROOT / "locks").glob("*.txt"))
-    assert sorted(job["variant"] for job in include) == locked and len(locked) < 48
+    assert sorted(job["variant"] for job in include) == locked and len(locked) < 62
     assert all(set(job) == {"variant", "os", "cuda", "pytorch", "flavor", "wheel", "tag"} for job in include)
     assert all(isinstance(value, str) for job in include for value in job.values())
     lines = summary.read_text().splitlines()
-    assert lines[0] == f"{48 - len(locked)} images are not scheduled:"
+    assert lines[0] == f"{62 - len(locked)} images are not scheduled:"
     assert "- `2.7.1-cu118-debian12-runtime`: no lock: run `imgbuild lock --variant 2.7.1-cu118-debian12-runtime` " \
            "where https://download.pytorch.org/whl/cu118 answers, and commit locks/2.7.1-cu118-debian12-runtime.txt" \
            in lines

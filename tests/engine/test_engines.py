@@ -11,7 +11,9 @@ from pathlib import Path
 import docker
 import pytest
 
+from builder.checks.verify_repro import compare
 from builder.engine import client as engine
+from builder.engine import saved
 
 from ..conftest import imgbuild
 from ..engines import STORES, InnerEngine, engine_image, inner_engine
@@ -20,6 +22,7 @@ from ..helpers import SMALL_VARIANT, small_project
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 NAME = "imgbuild-test-engines"
 TIMEOUT_S = 1200
+EPOCH = 1735689600  # matrix.yaml's source_date_epoch
 
 
 def host_network() -> tuple[str, str, str]:
@@ -77,3 +80,25 @@ def test_bootstrap_build_and_skip_work(inner: InnerEngine, tmp_path: Path) -> No
     code, out = on(inner, "build", "--matrix", str(matrix), "--json", str(tmp_path / "again.json"))
     assert code == 0 and json.loads((tmp_path / "again.json").read_text())[0]["status"] == "up-to-date", out
     print(f"{inner.store}: {image.id} layers {image.attrs['RootFS']['Layers']}")
+
+
+def test_saved_images_read_back_and_a_difference_is_named_by_file(inner: InnerEngine, tmp_path: Path) -> None:
+    """`docker save` on Docker 25+ writes an OCI layout: imgbuild reads its layers and config there too, and
+    verify-repro's comparison names the file two builds differ in."""
+    plain = small_project(tmp_path / "plain", NAME)
+    planted = small_project(tmp_path / "planted", NAME,
+                            (" && useradd ", " && date +%s%N > /etc/imgbuild-build-time \\\n && useradd "))
+    ids = []
+    for matrix in (plain, planted):
+        code, out = on(inner, "build", "--matrix", str(matrix), "--json", str(matrix.parent / "built.json"))
+        assert code == 0, out[-3000:]
+        ids.append(json.loads((matrix.parent / "built.json").read_text())[0]["image_id"])
+    client: docker.DockerClient = inner.client()
+    read = saved.read(client, ids[0], EPOCH, index=True)
+    layers = client.images.get(ids[0]).attrs["RootFS"]["Layers"]
+    assert [read.diff_ids[path] for path in read.layers] == layers
+    assert read.config["rootfs"]["diff_ids"] == layers  # type: ignore[index]
+    assert all(read.entries[path] or i > 0 for i, path in enumerate(read.layers))
+    diffs = compare(client, ids[0], ids[1], EPOCH)
+    named = [line for d in diffs for line in d.lines]
+    assert any(line.startswith("/etc/imgbuild-build-time: only in the second build") for line in named), named

@@ -35,6 +35,10 @@ def cell_image(res: Resolution, os: str, cuda: str, pytorch: str, flavor: str) -
          "nvidia/cuda:12.4.1-devel-ubuntu22.04", "9.5.1.17", "2.26.2", None),
         ("ubuntu24.04", "12.6", "2.7.0", "devel", "2.7.0-cuda12.6-ubuntu24.04-devel", "cu126",
          "nvidia/cuda:12.6.3-devel-ubuntu24.04", "9.5.1.17", "2.26.2", None),
+        ("debian13", "12.6", "2.7.1", "runtime", "2.7.1-cu126-debian13-runtime", "cu126", "debian:13",
+         "9.5.1.17", "2.26.2", None),
+        ("debian13", "12.4", "2.7.1", "devel", "2.7.1-cuda12.4-debian13-devel", "cu126",
+         "pytorch-cuda:2.7.1-cuda12.4-cudnn9-debian13-runtime", "9.5.1.17", "2.26.2", None),
     ],
 )
 def test_cell_resolves_to_wheel_base_and_pins(res: Resolution, os: str, cuda: str, torch: str, flavor: str,
@@ -43,7 +47,7 @@ def test_cell_resolves_to_wheel_base_and_pins(res: Resolution, os: str, cuda: st
     assert cell_image(res, os, cuda, torch, flavor) == image
     v = res.variant(image)
     assert (v.wheel, v.base_image, v.cudnn, v.nccl, v.wheel_index) == (wheel, base, cudnn, nccl, index)
-    assert v.python == {"debian12": "3.11", "ubuntu22.04": "3.10", "ubuntu24.04": "3.12"}[os]
+    assert v.python == {"debian12": "3.11", "ubuntu22.04": "3.10", "ubuntu24.04": "3.12", "debian13": "3.13"}[os]
 
 
 @pytest.mark.parametrize(
@@ -52,6 +56,11 @@ def test_cell_resolves_to_wheel_base_and_pins(res: Resolution, os: str, cuda: st
         ("ubuntu24.04", "11.8", "devel", "no nvidia/cuda:11.8.0-devel image for ubuntu24.04"),
         ("ubuntu24.04", "12.4", "devel", "no nvidia/cuda:12.4.1-devel image for ubuntu24.04"),
         ("debian12", "12.6", "devel", "excluded in matrix.yaml: NVIDIA publishes no nvidia/cuda devel image"),
+        ("debian13", "12.6", "devel", "no nvidia/cuda:12.6.3-devel image for debian13, and debian13's archive "
+                                      "carries no CUDA 12.6 toolkit"),
+        ("ubuntu26.04", "12.6", "runtime", "ubuntu26.04's Python 3.14 is newer than PyTorch 2.7.1's wheels serve "
+                                           "(cp39 to cp313)"),
+        ("ubuntu26.04", "12.4", "jupyter", "Python 3.14 is newer"),
     ],
 )
 def test_ruled_out_cells_keep_their_reason(res: Resolution, os: str, cuda: str, flavor: str, reason: str) -> None:
@@ -86,8 +95,9 @@ def test_runtime_images_require_the_major_line_floor_not_the_wheel_cuda(res: Res
 
 
 def test_every_image_is_counted_once(res: Resolution) -> None:
-    # 3 OS x 2 torch x 3 wheels x (runtime, jupyter) = 36, plus devel: ubuntu22.04 4 lines, ubuntu24.04 2, x 2
-    assert len(res.variants) == 36 + 12
+    # 4 OS (not ubuntu26.04) x 2 torch x 3 wheels x (runtime, jupyter) = 48, plus devel: ubuntu22.04 4 lines,
+    # ubuntu24.04 2, x 2 on nvidia/cuda; debian13 CUDA 12.4 x 2 on the archive's toolkit
+    assert len(res.variants) == 48 + 12 + 2
     assert len({v.name for v in res.variants}) == len(res.variants)
     all_tags = [t for v in res.variants for t in (*v.tags, *v.aliases)]
     assert len(all_tags) == len(set(all_tags))
@@ -104,7 +114,7 @@ def test_cuda_filter_with_all_takes_every_12_4_image(res: Resolution) -> None:
     assert {v.torch for v in chosen} == {"2.7.0", "2.7.1"}
     assert {v.flavor for v in chosen} == {"runtime", "devel", "jupyter"}
     # runtime/jupyter on 3 OS x 2 torch, plus devel on ubuntu22.04 x 2 torch
-    assert len(chosen) == 12 + 2
+    assert len(chosen) == 16 + 4
     for v in chosen:
         assert any("no cu124 wheel" in n for n in v.notes)
         if v.flavor != "devel":
@@ -144,3 +154,20 @@ def test_labels_record_what_the_image_holds(res: Resolution) -> None:
     assert labels["io.imgbuild.cudnn"] == "9.5.1.17"
     assert labels["io.imgbuild.torch"] == "2.7.1"
     assert labels["org.opencontainers.image.created"] == "2025-01-01T00:00:00Z"
+
+
+def test_debian13_devel_takes_the_archive_toolkit_onto_its_runtime_image(res: Resolution) -> None:
+    v = res.variant("2.7.1-cuda12.4-debian13-devel")
+    assert v.distro_toolkit is not None and v.parent == "2.7.1-cu126-debian13-runtime"
+    assert (v.cuda_toolkit, v.distro_toolkit.component, v.distro_toolkit.compiler) == ("12.4.131", "non-free", "13")
+    labels = v.labels()
+    assert labels["io.imgbuild.cuda.toolkit.source"] == "debian trixie non-free: nvidia-cuda-toolkit nvidia-cuda-dev"
+    assert labels["io.imgbuild.cuda.nvcc"] == "12.4.131"
+    nvidia = res.variant("2.7.1-cuda12.4-ubuntu22.04-devel")
+    assert nvidia.distro_toolkit is None and nvidia.parent is None
+    assert nvidia.labels()["io.imgbuild.cuda.toolkit.source"] == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
+
+
+def test_ubuntu26_04_is_on_the_axis_and_every_cell_of_it_is_ruled_out(res: Resolution) -> None:
+    cells = [c for c in res.cells if c.os == "ubuntu26.04"]
+    assert cells and all(c.image is None and c.reason for c in cells)

@@ -99,7 +99,8 @@ def test_empty_file(tmp_path: Path) -> None:
     [
         (("--cuda", "13.5"), "no CUDA 13.5 in matrix.yaml; available: 11.8, 12.4, 12.6, 12.8"),
         (("--pytorch", "2.6"), "no PyTorch 2.6 in matrix.yaml; available: 2.7.0, 2.7.1"),
-        (("--os", "ubuntu20.04"), "no OS ubuntu20.04 in matrix.yaml; available: ubuntu22.04, ubuntu24.04, debian12"),
+        (("--os", "ubuntu20.04"), "no OS ubuntu20.04 in matrix.yaml; available: ubuntu22.04, ubuntu24.04, "
+         "ubuntu26.04, debian12, debian13"),
         (("--flavor", "devel", "--os", "debian12"), "no image matches: debian12 cuda12.6 torch2.7.1 devel: excluded"),
         (("--variant", "2.7.1-cu126-debian12-runtme"), "did you mean '2.7.1-cu126-debian12-runtime'?"),
     ],

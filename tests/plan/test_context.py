@@ -56,12 +56,25 @@ def test_the_lock_is_part_of_the_rendered_context(tmp_path: Path) -> None:
     dockerfile_before = next(f for f in context(v, project) if f.path == "Dockerfile").content
     assert b"\nnumpy==" in before["rest"].text.encode() and b"numpy==" in lock.read_bytes()
     text = lock.read_text()
-    first = re.search(r"^numpy==\S+ \\\n    --hash=sha256:[0-9a-f]{64} \\\n", text, flags=re.M)
-    assert first, "numpy has more than one hash"
-    lock.write_text(text.replace(first[0], first[0].rsplit("    --hash", 1)[0], 1))  # one hash less
+    pinned = re.search(r"^numpy==\S+ \\\n    --hash=sha256:([0-9a-f]{64})\n", text, flags=re.M)
+    assert pinned, "numpy is not locked to one file"
+    lock.write_text(text.replace(pinned[1], "0" * 64, 1))  # another file for the same pin
     after = {layer.name: layer for layer in wheel_layers(v, project)}
     dockerfile_after = next(f for f in context(v, project) if f.path == "Dockerfile").content
     assert after["rest"].sha256 != before["rest"].sha256
     assert after["nvidia"].sha256 == before["nvidia"].sha256
     assert after["rest"].sha256.encode() in dockerfile_after and before["rest"].sha256.encode() in dockerfile_before
     assert dockerfile_after != dockerfile_before, "the layer's digest and the inputs label move"
+
+
+def test_a_devel_image_on_its_runtime_image_ships_only_its_own_facts() -> None:
+    matrix = Path(__file__).resolve().parents[2] / "matrix.yaml"
+    res, project = load(matrix), Project.for_matrix(matrix)
+    files = context(res.variant("2.7.1-cuda12.4-debian13-devel"), project)
+    assert [f.path for f in files] == ["Dockerfile", "rootfs/etc/imgbuild/variant.json"]
+    dockerfile = files[0].content.decode()
+    lock = (project.locks / "2.7.1-cuda12.4-debian13-devel.debs").read_text()
+    digests = re.findall(r"^pool/\S+ \d+ ([0-9a-f]{64})$", lock, flags=re.M)
+    # Every .deb the lock pins is fetched and checked by its digest in the RUN step, and nothing else is.
+    step = dockerfile.split(" && set -- \\\n", 1)[1].split(" && mkdir", 1)[0]
+    assert step.split() == [word for d in digests for word in (d, "\\")]

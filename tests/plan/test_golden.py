@@ -29,6 +29,7 @@ GOLDEN_VARIANTS = {
     "runtime": "2.7.1-cu126-debian12-runtime",
     "devel": "2.7.1-cuda12.4-ubuntu22.04-devel",
     "jupyter": "2.7.1-cu126-debian12-jupyter",
+    "devel-archive": "2.7.1-cuda12.4-debian13-devel",
 }
 
 
