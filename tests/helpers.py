@@ -6,11 +6,18 @@ from __future__ import annotations
 import base64
 import io
 import shutil
+import socket
 import subprocess
 import tarfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker
+import pytest
 from uv import find_uv_bin
 
 from builder.engine.saved import saved_stream
@@ -114,3 +121,41 @@ def lock_text(index_url: str, entries: dict[str, tuple[str, list[str]]]) -> str:
         lines.append(f"{name}=={version} \\")
         lines += [f"    --hash=sha256:{h}" + (" \\" if i < len(hashes) - 1 else "") for i, h in enumerate(hashes)]
     return "\n".join(lines) + "\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def registry(directory: Path, htpasswd: Path | None = None, readonly: bool = False) -> Iterator[str]:
+    """A docker-registry on 127.0.0.1; yields HOST:PORT."""
+    if shutil.which("docker-registry") is None:
+        pytest.fail("docker-registry is not installed: `make test` installs it (scripts/host-setup.sh --test)")
+    port = free_port()
+    auth = (f"auth:\n  htpasswd:\n    realm: imgbuild-test\n    path: {htpasswd}\n" if htpasswd else "")
+    config = directory / f"registry-{port}.yml"
+    config.write_text(f"version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: "
+                      f"{directory / 'storage'}\n  maintenance:\n    readonly:\n"
+                      f"      enabled: {str(readonly).lower()}\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}")
+    log = (directory / f"registry-{port}.log").open("w")
+    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
+                break
+            except urllib.error.HTTPError:
+                break  # 401: up, asking for credentials
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail(f"docker-registry did not start: {(directory / f'registry-{port}.log').read_text()}")
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        log.close()

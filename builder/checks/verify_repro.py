@@ -45,7 +45,7 @@ def compare(client: docker.DockerClient, first: str, second: str, epoch: int, li
             elif how := ea[name].how(eb[name]):
                 lines.append(f"/{name}: {', '.join(how)}")
         if not lines:
-            lines.append("same entries and bytes; the tar headers differ (format or order)")
+            lines.append("same entries, bytes and headers; their order or the tar's padding differs")
         shown = lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
         diffs.append(LayerDiff(i, tuple(shown)))
     if len(a.layers) != len(b.layers):

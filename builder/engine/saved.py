@@ -31,9 +31,13 @@ class Entry:
     mtime: int
     size: int
     content: str  # sha256 of a file's bytes, a link's target
+    # How the tar header says it, beyond what the file is: the owner's names, whether the mode field also
+    # carries the file-type bits (Docker 20.10's writer does, 25+ does not), the PAX records' keys.
+    header: tuple[str, str, bool, tuple[str, ...]] = ("", "", False, ())
 
     def how(self, other: Entry) -> list[str]:
-        """How two entries of one path differ: content, mode, owner, mtime (diffoci's words)."""
+        """How two entries of one path differ: content, mode, owner, mtime (diffoci's words), and then the
+        tar header alone (the same file written by another tar writer)."""
         found = []
         if (self.kind, self.content, self.size) != (other.kind, other.content, other.size):
             found.append("content")
@@ -43,6 +47,14 @@ class Entry:
             found.append(f"owner {self.owner[0]}:{self.owner[1]}->{other.owner[0]}:{other.owner[1]}")
         if self.mtime != other.mtime:
             found.append(f"mtime {self.mtime}->{other.mtime}")
+        if not found and self.header != other.header:
+            (u1, g1, t1, p1), (u2, g2, t2, p2) = self.header, other.header
+            if (u1, g1) != (u2, g2):
+                found.append(f"header names {u1 or '-'}:{g1 or '-'}->{u2 or '-'}:{g2 or '-'}")
+            if t1 != t2:
+                found.append(f"header mode {'with' if t1 else 'without'}->{'with' if t2 else 'without'} type bits")
+            if p1 != p2:
+                found.append(f"header PAX {','.join(p1) or '-'}->{','.join(p2) or '-'}")
         return found
 
 
@@ -125,7 +137,9 @@ def _layer(hashing: _Hashing, epoch: int, index: bool) -> tuple[str, list[str], 
                     while data is not None and (block := data.read(1 << 20)):
                         h.update(block)
                     content = h.hexdigest()
-                listing[e.name] = Entry(_kind(e), e.mode, (e.uid, e.gid), int(e.mtime), e.size, content)
+                header = (e.uname, e.gname, bool(e.mode & ~0o7777), tuple(sorted(e.pax_headers)))
+                listing[e.name] = Entry(_kind(e), e.mode & 0o7777, (e.uid, e.gid), int(e.mtime), e.size, content,
+                                        header)
     while hashing.read(1 << 20):  # the end-of-archive padding belongs to the diffID too
         pass
     return "sha256:" + hashing.digest.hexdigest(), late, listing

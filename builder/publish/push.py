@@ -32,6 +32,9 @@ _TRANSIENT = re.compile(r"connection refused|connection reset|broken pipe|\bEOF\
                         r"(?<![0-9a-f])50[0234](?![0-9a-f])|temporar|unreachable|no route to host", re.I)
 
 
+_DIGEST_STATUS = re.compile(r"\bdigest: (sha256:[0-9a-f]{64}) size: \d+")
+
+
 class PushError(Exception):
     def __init__(self, message: str, attempts: int) -> None:
         super().__init__(message)
@@ -65,6 +68,8 @@ def _push_once(client: docker.DockerClient, ref: str, auth: dict[str, str] | Non
                 raise PushError(str(detail.get("message") or chunk.get("error")).strip(), 1)
             if isinstance(chunk.get("aux"), dict) and "Digest" in chunk["aux"]:
                 digest = str(chunk["aux"]["Digest"])
+            elif m := _DIGEST_STATUS.search(str(chunk.get("status", ""))):
+                digest = digest or m[1]  # the containerd image store says it only in words: "TAG: digest: ..."
             elif "id" in chunk and chunk.get("status") in ("Pushing", "Pushed", "Layer already exists"):
                 progress(f"{chunk['id']}: {chunk['status']} {chunk.get('progress', '')}".rstrip())
     except docker.errors.APIError as exc:

@@ -17,7 +17,7 @@ from builder.engine import saved
 
 from ..conftest import imgbuild
 from ..engines import STORES, InnerEngine, engine_image, inner_engine
-from ..helpers import SMALL_VARIANT, small_project
+from ..helpers import SMALL_VARIANT, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 NAME = "imgbuild-test-engines"
@@ -90,7 +90,8 @@ def test_saved_images_read_back_and_a_difference_is_named_by_file(inner: InnerEn
                             (" && useradd ", " && date +%s%N > /etc/imgbuild-build-time \\\n && useradd "))
     ids = []
     for matrix in (plain, planted):
-        code, out = on(inner, "build", "--matrix", str(matrix), "--json", str(matrix.parent / "built.json"))
+        code, out = on(inner, "build", "--bootstrap-base", "--matrix", str(matrix), "--json",
+                       str(matrix.parent / "built.json"))
         assert code == 0, out[-3000:]
         ids.append(json.loads((matrix.parent / "built.json").read_text())[0]["image_id"])
     client: docker.DockerClient = inner.client()
@@ -102,3 +103,30 @@ def test_saved_images_read_back_and_a_difference_is_named_by_file(inner: InnerEn
     diffs = compare(client, ids[0], ids[1], EPOCH)
     named = [line for d in diffs for line in d.lines]
     assert any(line.startswith("/etc/imgbuild-build-time: only in the second build") for line in named), named
+
+
+def test_push_round_trip_prune_and_a_registry_hit(inner: InnerEngine, tmp_path: Path) -> None:
+    """push from this engine (every tag on one digest, read back), prune, then a build that finds the image in
+    the registry under its build hash pulls it instead of building."""
+    matrix = small_project(tmp_path, NAME)
+    code, out = on(inner, "build", "--bootstrap-base", "--matrix", str(matrix), "--json", str(tmp_path / "built.json"))
+    assert code == 0, out[-3000:]
+    built = json.loads((tmp_path / "built.json").read_text())[0]
+    with registry(tmp_path) as host:
+        code, out = on(inner, "push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry",
+                       f"{host}/ml", "--force", "--json", str(tmp_path / "pushed.json"))
+        assert code == 0, out[-3000:]
+        pushed = json.loads((tmp_path / "pushed.json").read_text())[0]
+        assert pushed["digest"].startswith("sha256:") and len(pushed["tags"]) >= 3, pushed
+        client: docker.DockerClient = inner.client()
+        for ref in pushed["tags"]:  # what the registry serves for each tag, asked through this engine
+            assert client.images.get_registry_data(ref).id == pushed["digest"], ref
+        code, out = on(inner, "prune")
+        assert code == 0, out
+        with pytest.raises(docker.errors.ImageNotFound):
+            client.images.get(built["image_id"])
+        code, out = on(inner, "build", "--matrix", str(matrix), "--registry", f"{host}/ml", "--json",
+                       str(tmp_path / "again.json"))
+        assert code == 0, out[-3000:]
+        again = json.loads((tmp_path / "again.json").read_text())[0]
+        assert again["status"] == "pulled", again

@@ -6,15 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import docker
@@ -23,7 +17,7 @@ import pytest
 from builder.engine import client as engine
 
 from ..conftest import ROOT, imgbuild
-from ..helpers import SMALL_VARIANT, small_project
+from ..helpers import SMALL_VARIANT, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 
@@ -49,44 +43,6 @@ def small_image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFa
                      "/etc/ssl/certs/ca-certificates.crt", "--log-dir", str(directory / "logs"), timeout=1200)
     assert built.returncode == 0, built.stderr[-3000:]
     return matrix, str(client.images.get(f"{NAME}:{TAGS[1]}").id)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def registry(directory: Path, htpasswd: Path | None = None, readonly: bool = False) -> Iterator[str]:
-    """A docker-registry on 127.0.0.1; yields HOST:PORT."""
-    if shutil.which("docker-registry") is None:
-        pytest.fail("docker-registry is not installed: `make test` installs it (scripts/host-setup.sh --test)")
-    port = free_port()
-    auth = (f"auth:\n  htpasswd:\n    realm: imgbuild-test\n    path: {htpasswd}\n" if htpasswd else "")
-    config = directory / f"registry-{port}.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: "
-                      f"{directory / 'storage'}\n  maintenance:\n    readonly:\n"
-                      f"      enabled: {str(readonly).lower()}\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}")
-    log = (directory / f"registry-{port}.log").open("w")
-    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
-                break
-            except urllib.error.HTTPError:
-                break  # 401: up, asking for credentials
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail(f"docker-registry did not start: {(directory / f'registry-{port}.log').read_text()}")
-                time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-        log.close()
 
 
 def test_push_publishes_every_tag_on_one_digest_and_reads_it_back(client: docker.DockerClient,
