@@ -167,13 +167,13 @@ def _lock_debs(res: m.Resolution, v: Variant, project: Project) -> str:
     if mirror is None:
         raise UserError(f"{v.name}: its toolkit's .debs are resolved from the host's {v.os_family} mirror, and "
                         f"this host's apt sources name none")
-    text = deblock.format_lock(v, mirror, debs.resolve(engine.connect(), res, v, mirror))
+    resolved = debs.resolve(engine.connect(), res, v, mirror)
+    text = deblock.format_lock(v, mirror, resolved)
     file = deblock.path(project, v)
     if file.is_file() and file.read_text() == text:
         return f"unchanged {v.name}: {file.name}"
     file.write_text(text)
-    lock = deblock.parse(text, str(file))
-    return f"locked    {v.name}: {file.name}, {len(lock.debs)} .debs, {lock.size / 1e9:.2f} GB"
+    return f"locked    {v.name}: {file.name}, {len(resolved)} .debs, {sum(d.size for d in resolved) / 1e9:.2f} GB"
 
 
 base_app = typer.Typer(no_args_is_help=True, help="OS base images made without a registry.")

@@ -24,6 +24,7 @@ from ..plan.context import HASH_LABEL, BuildInputs, context_tar, hash_ref
 from ..plan.layers import WHEEL_URL, wheel_layers
 from ..plan.project import Project
 from ..plan.render import verified_context
+from ..plan.wheelfiles import target_of
 from ..progress import Reporter
 from . import bases, normalise
 from . import client as engine
@@ -138,7 +139,7 @@ def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, pro
     platform (downloaded only when not cached), each layer's requirements, and uv."""
     engine.local_build_host(client)  # before the first byte is downloaded
     path = project.lock_path(v)
-    target = wheels.Target(v.python, res.facts.os[v.os].glibc)
+    target = target_of(res, v)
     rep.begin(v.name, "checking the wheel cache")
     fetched = wheels.ensure(lockfile.parse(path.read_text(), str(path)), target, str(path), opts.ca_bundle,
                             lambda text: rep.say(v.name, text))

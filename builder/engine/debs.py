@@ -5,8 +5,6 @@ archive keyring, so a digest in the lock is the archive's word, not the mirror's
 
 from __future__ import annotations
 
-import re
-
 import docker
 import docker.errors
 
@@ -29,7 +27,6 @@ apt-get install --no-install-recommends --simulate -qq $PACKAGES \
 xargs apt-cache show --no-all-versions < /tmp/inst \
   | awk '/^Filename:/ {{f=$2}} /^Size:/ {{s=$2}} /^SHA256:/ {{h=$2}} /^$/ {{if (f) print f, s, h; f=""}}'
 """
-_DEB = re.compile(r"(pool/\S+\.deb) (\d+) ([0-9a-f]{64})")
 
 
 def os_base(client: docker.DockerClient, res: Resolution, v: Variant) -> str:
@@ -56,8 +53,7 @@ def resolve(client: docker.DockerClient, res: Resolution, v: Variant, mirror: st
         raise UserError(f"{v.name}: apt could not resolve {' '.join(deblock.packages(v))} from {mirror} "
                         f"({v.os_suite} main {tk.component}): {said[-1] if said else exc}") from None
     text = out.decode() if isinstance(out, bytes) else str(out)
-    debs = [deblock.Deb(m[1], int(m[2]), m[3]) for line in text.splitlines()
-            if (m := _DEB.fullmatch(line.strip()))]
+    debs = [deb for line in text.splitlines() if (deb := deblock.deb_line(line))]
     if not debs:
         raise UserError(f"{v.name}: apt named no .debs for {' '.join(deblock.packages(v))}; are they in "
                         f"{v.os_suite} {tk.component} at {mirror}?")

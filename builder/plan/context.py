@@ -75,12 +75,10 @@ def shipped(v: Variant, project: Project) -> list[ContextFile]:
     """Every file of the context but the Dockerfile, sorted by path: what the final image gets under /, in
     one `COPY rootfs/ /` with fixed times."""
     files = [ContextFile(f"{ROOTFS}/etc/imgbuild/variant.json", _variant_json(v), REGULAR)]
-    if v.distro_toolkit:
-        pass  # built on the runtime image, which holds the rest: only its own facts
-    elif v.flavor == "jupyter":
+    if v.flavor == "jupyter":
         files += _static(project, {"start-jupyter": f"{ROOTFS}/usr/local/bin/start-jupyter",
                                    "jupyter_server_config.py": f"{ROOTFS}/etc/jupyter/jupyter_server_config.py"})
-    else:
+    elif not v.distro_toolkit:  # a devel image on its runtime image ships only its own facts: the rest is there
         files += [ContextFile(f"{ROOTFS}/etc/pip/constraints.txt", _constraints(v), REGULAR),
                   *_static(project, {"imgbuild-entrypoint": f"{ROOTFS}/usr/local/bin/imgbuild-entrypoint",
                                      "gpu-check": f"{ROOTFS}/usr/local/bin/gpu-check"}),

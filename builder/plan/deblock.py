@@ -80,12 +80,19 @@ def inputs(v: Variant) -> str:
 
 
 def format_lock(v: Variant, mirror: str, debs: list[Deb]) -> str:
+    tk = v.distro_toolkit
+    assert tk is not None
     lines = [f"# imgbuild deb lock {v.name} inputs={inputs(v)} mirror={mirror}",
              f"# {len(debs)} .debs, {sum(d.size for d in debs) / 1e9:.2f} GB: apt's closure of "
-             f"{' '.join(packages(v))} on the {v.os} base ({v.os_suite} main {v.distro_toolkit.component})"
-             if v.distro_toolkit else "",
+             f"{' '.join(packages(v))} on the {v.os} base ({v.os_suite} main {tk.component})",
              *(f"{d.path} {d.size} {d.sha256}" for d in sorted(debs, key=lambda d: d.path))]
     return "\n".join(lines) + "\n"
+
+
+def deb_line(line: str) -> Deb | None:
+    """One .deb as the lock (and apt's answer in engine/debs.py) writes it: 'pool/... SIZE SHA256'."""
+    m = _LINE.fullmatch(line.strip())
+    return Deb(m["path"], int(m["size"]), m["sha256"]) if m else None
 
 
 def parse(text: str, where: str) -> DebLock:
@@ -97,11 +104,11 @@ def parse(text: str, where: str) -> DebLock:
     for number, line in enumerate(lines[1:], start=2):
         if not line or line.startswith("#"):
             continue
-        m = _LINE.fullmatch(line)
-        if m is None:
+        deb = deb_line(line)
+        if deb is None:
             raise UserError(f"{where}:{number}: expected 'pool/... SIZE SHA256', got {line[:80]!r}; run "
                             f"`imgbuild lock` for this variant")
-        debs.append(Deb(m["path"], int(m["size"]), m["sha256"]))
+        debs.append(deb)
     if not debs:
         raise UserError(f"{where}: no .debs; run `imgbuild lock` for this variant")
     return DebLock(header["variant"], header["digest"], header["mirror"], tuple(debs))

@@ -21,7 +21,7 @@ from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
 from . import deblock, lockfile
 from .project import Project
-from .wheelfiles import Target, best_file, ssl_context
+from .wheelfiles import Target, best_file, ssl_context, target_of
 
 _HEADER = re.compile(r"^# imgbuild lock (?P<variant>\S+) inputs=(?P<digest>sha256:[0-9a-f]{64})\n")
 RESOLVE_TIMEOUT_S = 600
@@ -64,10 +64,6 @@ def spec(res: Resolution, v: Variant) -> LockSpec:
         major, minor = UV_NEWEST_GLIBC
     return LockSpec(v.name, tuple(f"{name}=={version}" for name, version in pins), v.python,
                     f"x86_64-manylinux_{major}_{minor}", v.wheel_index)
-
-
-def _target(res: Resolution, v: Variant) -> Target:
-    return Target(v.python, res.facts.os[v.os].glibc)
 
 
 def _uv() -> str:
@@ -134,7 +130,7 @@ def lock(res: Resolution, variants: list[Variant], project: Project) -> list[Loc
             results.append(LockResult(v.name, "failed", unreachable[s.index]))
             continue
         try:
-            text = done[key] if key in done else narrow(resolve(s), _target(res, v), str(project.lock_path(v)))
+            text = done[key] if key in done else narrow(resolve(s), target_of(res, v), str(project.lock_path(v)))
         except UserError as exc:
             if _UNREACHABLE.search(str(exc)):
                 unreachable[s.index] = str(exc)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..matrix.resolve import Resolution
+from ..matrix.variant import Variant
 from .lockfile import Locked, normalise
 
 TIMEOUT_S = 60
@@ -40,6 +42,11 @@ class Target:
         order = [*tags.cpython_tags(version, platforms=platforms),
                  *tags.compatible_tags(version, f"cp{version[0]}{version[1]}", platforms)]
         return {str(t): i for i, t in enumerate(order)}
+
+
+def target_of(res: Resolution, v: Variant) -> Target:
+    """The Python and platform variant `v`'s wheels are for."""
+    return Target(v.python, res.facts.os[v.os].glibc)
 
 
 def rank(filename: str, entry: Locked, ranks: dict[str, int]) -> int | None:
