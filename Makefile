@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # machines), every command would otherwise compile ~500 modules, half a second, before doing anything.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro golden bench screenshot clean
+.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro golden bench screenshot pipeline clean
 
 setup: $(VENV)/.installed
 
@@ -90,6 +90,12 @@ lock: setup
 REPRO_VARIANT ?= 2.7.1-cu126-debian12-runtime
 verify-repro: setup engine
 	$(BIN)/imgbuild verify-repro $(REPRO_VARIANT) --rebootstrap $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
+
+## The workflows rehearsed here (tests/rehearsal): images.yml and variant.yml read from their files and run in their
+## jobs' order against two local registries (staging, public), on small images: a pull request, main with a failure
+## injected into one variant, and main unchanged; then it checks what the registries serve. A few minutes.
+pipeline: setup test-engine
+	$(BIN)/python -m tests.rehearsal
 
 ## The README's JupyterLab screenshot, taken by the browser test (needs the engine, chromium and the jupyter image).
 screenshot: setup test-engine

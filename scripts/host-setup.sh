@@ -17,6 +17,11 @@ if ! command -v mmdebstrap >/dev/null 2>&1; then
     if can_install; then apt_install mmdebstrap; else say "mmdebstrap is missing (needed only where no registry answers): apt-get install mmdebstrap"; fi
 fi
 
+# skopeo: the registry-side reads and copies of `imgbuild lookup` and `imgbuild promote`.
+if ! command -v skopeo >/dev/null 2>&1; then
+    if can_install; then apt_install skopeo; else say "skopeo is missing (needed by imgbuild lookup and promote): apt-get install skopeo"; fi
+fi
+
 # The engine decompresses pulled layers with unpigz when it is on PATH (Docker 20.10+), about twice as fast as
 # Go's gzip: a registry hit (`imgbuild build --registry`) is mostly that.
 if ! command -v unpigz >/dev/null 2>&1; then

@@ -49,7 +49,7 @@ def matrix_cmd(
     cuda: CudaOpt = None, pytorch: TorchOpt = None, os: OsOpt = None, flavor: FlavorOpt = None,
     variant: VariantOpt = None, all_: AllOpt = False, matrix: MatrixOpt = None,
     json_: Annotated[bool, typer.Option("--json", help="the resolved images, every field")] = False,
-    github: Annotated[bool, typer.Option("--github", help="a GitHub Actions strategy.matrix object")] = False,
+    github: Annotated[bool, typer.Option("--github", help="GITHUB_OUTPUT lines: the matrices")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="how each selected cell resolved, or why not")] = False,
     left_out: Annotated[Path | None, typer.Option(
         "--left-out", help="with --github: write the images it leaves out (no lock) and why, as Markdown")] = None,
@@ -72,6 +72,11 @@ def matrix_cmd(
         from ..plan.lock import buildable
 
         ready, left = buildable(variants, Project.for_matrix(m.matrix_path(matrix)))
+        # A child builds on its runtime image's staged digest: without a scheduled runtime image, it cannot.
+        names = {v.name for v in ready}
+        left += [(v, f"its runtime image {v.parent} is not scheduled")
+                 for v in ready if v.parent and v.parent not in names]
+        ready = [v for v in ready if not v.parent or v.parent in names]
         typer.echo(matrix_view.as_github(ready))
         if left_out:
             left_out.write_text(matrix_view.left_out(left))
@@ -116,6 +121,8 @@ def lock_cmd(
     check: Annotated[bool, typer.Option("--check", help="change nothing; exit 1 if a lock is stale")] = False,
     bases: Annotated[bool, typer.Option(
         "--bases", help="also pin the OS bases' registry digests into matrix.yaml")] = False,
+    missing: Annotated[bool, typer.Option(
+        "--missing", help="lock only the variants whose lock is missing or stale")] = False,
 ) -> None:
     """Pin every wheel of the selected variants with its hashes (uv's resolver) into locks/<variant>.txt."""
     from ..plan import lock
@@ -135,6 +142,9 @@ def lock_cmd(
         if stale:
             raise CheckFailed(f"{len(stale)} stale locks; run `imgbuild lock --all`")
         return
+    if missing:
+        fresh = {r.variant for r in lock.check(res, variants, project) if r.status == "current"}
+        variants = [v for v in variants if v.name not in fresh]
     results = lock.lock(res, variants, project)
     for r in results:
         typer.echo(f"{r.status:9} {r.variant}" + (f": {r.message}" if r.status == "failed" else ""))
@@ -228,6 +238,9 @@ def build_cmd(
     log_dir: Annotated[Path, typer.Option("--log-dir", help="where each build's whole log goes")] = Path("logs"),
     test: Annotated[bool, typer.Option("--test", help="then run `imgbuild test` on what was built")] = False,
     json_file: Annotated[Path | None, typer.Option("--json", help="also write the results as JSON here")] = None,
+    parent: Annotated[str | None, typer.Option(
+        "--parent", help="REPOSITORY@DIGEST: build the one selected child image on exactly this runtime image, "
+        "pulled by digest, instead of building its runtime image")] = None,
 ) -> None:
     """Build the selected images through the Docker SDK and tag each with all its tags."""
     from ..engine import build as b
@@ -247,6 +260,10 @@ def build_cmd(
                           ca_bundle=ca_bundle, jobs=jobs, base_mirror=base_mirror, bootstrap_base=bootstrap_base,
                           registry=hits or None)
     client = engine.connect()
+    if parent is not None:
+        if len(variants) != 1:
+            raise UserError(f"--parent goes with one child image; the selection has {len(variants)}")
+        typer.echo(f"{variants[0].name}: on {parent} ({b.adopt_parent(client, res, variants[0], parent)[:19]})")
     try:
         with reporter() as rep:
             results = b.build_all(client, res, variants, Project.for_matrix(path), opts, rep)
@@ -393,6 +410,72 @@ def push_cmd(
                                           "tags": list(p.refs)} for p in published], indent=2) + "\n")
     if failed:
         raise typer.Exit(1)
+
+
+@app.command("lookup")
+def lookup_cmd(
+    variant: Annotated[str, typer.Option("--variant", help="the image to look up")],
+    staging: Annotated[str, typer.Option("--staging", help="HOST[:PORT]/NAMESPACE where images wait for tests")],
+    public: Annotated[str | None, typer.Option(
+        "--public", help="HOST[:PORT]/NAMESPACE it is published to: is it there already?")] = None,
+    parent: Annotated[str | None, typer.Option(
+        "--parent", help="REPOSITORY@DIGEST of a child image's staged runtime image, read registry-side")] = None,
+    bootstrap_base: Annotated[bool, typer.Option(
+        "--bootstrap-base", help="bootstrap the OS base when it is neither here nor pullable")] = False,
+    matrix: MatrixOpt = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="write what was found")] = None,
+) -> None:
+    """Is an image of these build inputs staged, and already published? Registry-side: nothing is pulled."""
+    from ..engine import build as b
+    from ..engine import client as engine
+    from ..publish import promote, registry
+
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    v = next(iter(select(res, _filters(None, None, None, None, variant, False))))
+    for option, value in (("--staging", staging), ("--public", public)):
+        if value is not None and not patterns.matches(patterns.REGISTRY, value):
+            raise UserError(f"{option} {value!r}: expected HOST[:PORT][/NAMESPACE]")
+    opts = b.BuildOptions(log_dir=Path("logs").resolve(), bootstrap_base=bootstrap_base)
+    try:
+        base = promote.parent_base(v, parent) if parent else None
+        build_inputs = b.inputs(engine.connect(), res, v, Project.for_matrix(path), opts, base)
+        found = promote.lookup(v, build_inputs.digest(), staging, public)
+    except registry.RegistryError as exc:
+        raise UserError(f"lookup {v.name}: {exc}") from None
+    if json_file:
+        promote.write_lookup(json_file, found)
+    state = "not staged" if not found.digest else ("published" if found.published else "staged, not published")
+    typer.echo(f"{v.name}: {state}: {found.ref}" + (f"@{found.digest}" if found.digest else ""))
+
+
+@app.command("promote")
+def promote_cmd(
+    staged: Annotated[Path, typer.Option("--staged", help="the staging push's (or lookup's) JSON")],
+    tested: Annotated[Path, typer.Option("--tested", help="the GPU job's JSON: {variant, digest} it tested")],
+    registry_: Annotated[str, typer.Option("--registry", help="HOST[:PORT]/NAMESPACE to publish to")],
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="copy nothing: check that every public tag serves the tested digest")] = False,
+    matrix: MatrixOpt = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="write the public tags and their digest")] = None,
+) -> None:
+    """Copy the tested staged digest to the variant's public tags as it is (skopeo --preserve-digests)."""
+    from ..publish import promote, registry
+
+    if not patterns.matches(patterns.REGISTRY, registry_):
+        raise UserError(f"--registry {registry_!r}: expected HOST[:PORT][/NAMESPACE]")
+    res = m.load(m.matrix_path(matrix))
+    try:
+        done = promote.promote(res, staged, tested, registry_, copy=not verify)
+    except registry.RegistryError as exc:
+        raise CheckFailed(f"imgbuild: promote: {exc}") from None
+    for ref in done.refs:
+        typer.echo(f"{'serves' if verify else 'promoted'} {ref}@{done.digest}")
+    if json_file:
+        import json
+
+        json_file.write_text(json.dumps({"variant": done.variant, "digest": done.digest, "refs": list(done.refs),
+                                         "repository": done.refs[0].rsplit(":", 1)[0]}, indent=2) + "\n")
 
 
 @app.command("doctor")

@@ -28,10 +28,18 @@ def as_json(variants: list[Variant]) -> str:
 
 
 def as_github(variants: list[Variant]) -> str:
-    """The `{"include": [...]}` object that GitHub Actions' strategy.matrix takes: one job per image."""
-    include = [{"variant": v.name, "os": v.os, "cuda": " ".join(v.cuda_lines), "pytorch": v.torch,
-                "flavor": v.flavor, "wheel": v.wheel, "tag": v.primary_tag} for v in variants]
-    return json.dumps({"include": include}, separators=(",", ":"))
+    """GITHUB_OUTPUT lines: `runtimes`, `children` (built on their runtime image's staged digest) and `all`,
+    each the `{"include": [...]}` object strategy.matrix takes, one job per image; and `has-children`, since
+    GitHub refuses an empty matrix."""
+    def matrix(chosen: list[Variant]) -> str:
+        include = [{"variant": v.name, "parent": v.parent or "", "os": v.os, "cuda": " ".join(v.cuda_lines),
+                    "pytorch": v.torch, "flavor": v.flavor, "wheel": v.wheel, "tag": v.primary_tag}
+                   for v in chosen]
+        return json.dumps({"include": include}, separators=(",", ":"))
+
+    children = [v for v in variants if v.parent]
+    return "\n".join((f"runtimes={matrix([v for v in variants if not v.parent])}", f"children={matrix(children)}",
+                      f"all={matrix(variants)}", f"has-children={'true' if children else 'false'}"))
 
 
 def left_out(left: list[tuple[Variant, str]]) -> str:

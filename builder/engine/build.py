@@ -13,6 +13,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from .. import patterns
 from ..errors import UserError
 from ..host import debs as host_debs
 from ..host import state, wheel_server, wheels
@@ -99,11 +100,12 @@ def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts:
 
 
 def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
-           opts: BuildOptions) -> BuildInputs:
+           opts: BuildOptions, base: tuple[str, str] | None = None) -> BuildInputs:
     """The build's inputs, the base reference among its arguments; refuses a context that is not current.
 
     The context is images/<variant>/Dockerfile, once it is known to equal what renders, with the files every
-    image ships (plan.render.verified_context)."""
+    image ships (plan.render.verified_context). `base`: the FROM reference and image ID, when known without
+    the engine (a registry-side lookup of a child image reads its parent's ID from the registry)."""
     if not project.lock_path(v).is_file():
         raise UserError(f"{v.name} has no lock ({project.lock_path(v)}); run `imgbuild lock --variant "
                         f"{v.name}` where its wheel index ({v.wheel_index or 'PyPI'}) answers")
@@ -111,9 +113,27 @@ def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
         raise UserError(f"{v.name} has no .deb lock ({deblock.path(project, v)}); run `imgbuild lock --variant "
                         f"{v.name}` with the {v.os} base here (`imgbuild base bootstrap {v.os}`)")
     rendered = verified_context(v, project, Path(res.facts.file))
-    base_ref, base_id = resolve_base(client, res, v, opts)
+    base_ref, base_id = base or resolve_base(client, res, v, opts)
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
     return BuildInputs(tuple(rendered), base_id, ((arg, base_ref),))
+
+
+def adopt_parent(client: docker.DockerClient, res: Resolution, v: Variant, ref: str) -> str:
+    """Pull `v`'s runtime image by digest (REPOSITORY@sha256:...) and tag it as that variant, so `v` builds on
+    exactly that image and never rebuilds it. The image must say it is that variant."""
+    if not v.parent:
+        raise UserError(f"--parent: {v.name} is not built on another image of the matrix")
+    if not patterns.matches(patterns.IMAGE_REF, ref) or "@sha256:" not in ref:
+        raise UserError(f"--parent {ref!r}: expected REPOSITORY@sha256:DIGEST, the runtime image's staged digest")
+    try:
+        image = client.images.pull(ref)
+    except docker.errors.APIError as exc:
+        raise UserError(f"--parent {ref}: not pulled ({str(exc.explanation or exc).splitlines()[0][:160]})") from None
+    said = (image.attrs.get("Config", {}).get("Labels") or {}).get("io.imgbuild.variant")
+    if said != v.parent:
+        raise UserError(f"--parent {ref} is {said or 'no imgbuild image'}, not {v.name}'s runtime image {v.parent}")
+    tag_all(client, str(image.id), res.variant(v.parent))
+    return str(image.id)
 
 
 def up_to_date(client: docker.DockerClient, digest: str, epoch: int) -> str | None:

@@ -35,11 +35,19 @@ def test_github_matrix_has_one_job_per_image_that_can_build(tmp_path: Path) -> N
     summary = tmp_path / "left-out.md"
     result = imgbuild("matrix", "--all", "--github", "--left-out", str(summary))
     assert result.returncode == 0, result.stderr
-    include = json.loads(result.stdout)["include"]
+    outputs = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert set(outputs) == {"runtimes", "children", "all", "has-children"} and outputs["has-children"] == "true"
+    include = json.loads(outputs["all"])["include"]
     locked = sorted(p.stem for p in (ROOT / "locks").glob("*.txt"))
     assert sorted(job["variant"] for job in include) == locked and len(locked) < 62
-    assert all(set(job) == {"variant", "os", "cuda", "pytorch", "flavor", "wheel", "tag"} for job in include)
-    assert all(isinstance(value, str) for job in include for value in job.values())
+    keys = {"variant", "parent", "os", "cuda", "pytorch", "flavor", "wheel", "tag"}
+    assert all(set(job) == keys and all(isinstance(value, str) for value in job.values()) for job in include)
+    runtimes = json.loads(outputs["runtimes"])["include"]
+    children = json.loads(outputs["children"])["include"]
+    assert runtimes + children == sorted(include, key=lambda job: bool(job["parent"]))
+    assert all(not job["parent"] for job in runtimes)
+    # Every child builds on a runtime image of the same run, never on one it would have to rebuild.
+    assert children and {job["parent"] for job in children} <= {job["variant"] for job in runtimes}
     lines = summary.read_text().splitlines()
     assert lines[0] == f"{62 - len(locked)} images are not scheduled:"
     assert "- `2.7.1-cu118-debian12-runtime`: no lock: run `imgbuild lock --variant 2.7.1-cu118-debian12-runtime` " \

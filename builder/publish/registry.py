@@ -1,0 +1,82 @@
+"""Registry-side reads and copies through skopeo, a real registry client, so nothing is pulled into the engine.
+
+Promotion must not change what it promotes: `skopeo copy --preserve-digests` copies the manifest as it is, or
+fails, where `docker buildx imagetools create` writes a new index (another digest than the one tested). A
+manifest's digest is the SHA-256 of its raw bytes as the registry serves them, which `inspect --raw` gives.
+skopeo reads the engine's credentials (~/.docker/config.json, written by `docker login`) when it has none of its
+own. Registries on the loopback are spoken to over plain HTTP, as the Docker engine does by default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+from typing import Any
+
+from ..errors import UserError
+
+TIMEOUT_S = 1800  # a copy between registries moves every blob a destination lacks: gigabytes, for a torch image
+_LOOPBACK = re.compile(r"(?:localhost|127(?:\.\d{1,3}){3})(?::\d+)?/")
+_MISSING = re.compile(r"manifest unknown|not found|name unknown|404", re.I)
+
+
+class RegistryError(Exception):
+    pass
+
+
+def _skopeo() -> str:
+    path = shutil.which("skopeo")
+    if path is None:
+        raise UserError("skopeo is needed for registry-side reads and copies: apt-get install skopeo "
+                        "(`make engine` installs it)")
+    return path
+
+
+def _tls(ref: str, flag: str) -> list[str]:
+    return [f"{flag}=false"] if _LOOPBACK.match(ref) else []
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([_skopeo(), *args], capture_output=True, timeout=TIMEOUT_S, check=False)
+
+
+def raw_manifest(ref: str) -> bytes | None:
+    """The manifest `ref` (REPOSITORY:TAG or REPOSITORY@DIGEST) names, as served; None when there is none."""
+    result = _run(["inspect", "--raw", "--retry-times", "2", *_tls(ref, "--tls-verify"), f"docker://{ref}"])
+    if result.returncode == 0:
+        return result.stdout
+    error = result.stderr.decode(errors="replace").strip()
+    if _MISSING.search(error):
+        return None
+    raise RegistryError(f"{ref}: {error.splitlines()[-1] if error else 'skopeo inspect failed'}")
+
+
+def digest(ref: str) -> str | None:
+    """The digest of the manifest `ref` names now, read registry-side; None when there is none."""
+    raw = raw_manifest(ref)
+    return None if raw is None else "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def config_digest(ref: str) -> str:
+    """The config blob's digest of a single-platform image: the image ID the Docker engine gives it."""
+    raw = raw_manifest(ref)
+    if raw is None:
+        raise RegistryError(f"{ref}: no such manifest")
+    manifest: dict[str, Any] = json.loads(raw)
+    config = manifest.get("config", {}).get("digest")
+    if not isinstance(config, str):
+        raise RegistryError(f"{ref}: not a single-platform image manifest ({manifest.get('mediaType')})")
+    return config
+
+
+def copy(source: str, destination: str) -> None:
+    """Copy `source` (by digest) to `destination` (a tag), manifest bytes unchanged: blobs the destination
+    lacks are copied or mounted, nothing is re-compressed."""
+    result = _run(["copy", "--preserve-digests", "--retry-times", "2", *_tls(source, "--src-tls-verify"),
+                   *_tls(destination, "--dest-tls-verify"), f"docker://{source}", f"docker://{destination}"])
+    if result.returncode != 0:
+        error = result.stderr.decode(errors="replace").strip()
+        raise RegistryError(f"copy {source} -> {destination}: {error.splitlines()[-1] if error else 'failed'}")
