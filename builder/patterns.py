@@ -30,6 +30,7 @@ _DOMAIN = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za
 REPOSITORY = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*")
 IMAGE_REF = re.compile(rf"{REPOSITORY.pattern}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?")
 DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
+DIGEST_REF = re.compile(rf"{REPOSITORY.pattern}@sha256:[a-f0-9]{{64}}")  # an image pinned by digest alone
 SHA256_HEX = re.compile(r"[a-f0-9]{64}")
 WHEEL_FILE = re.compile(r"[A-Za-z0-9_.+-]+\.whl")
 REGISTRY = re.compile(rf"{_DOMAIN}(?:/{_COMPONENT})*")

@@ -123,7 +123,7 @@ def adopt_parent(client: docker.DockerClient, res: Resolution, v: Variant, ref: 
     exactly that image and never rebuilds it. The image must say it is that variant."""
     if not v.parent:
         raise UserError(f"--parent: {v.name} is not built on another image of the matrix")
-    if not patterns.matches(patterns.IMAGE_REF, ref) or "@sha256:" not in ref:
+    if not patterns.matches(patterns.DIGEST_REF, ref):
         raise UserError(f"--parent {ref!r}: expected REPOSITORY@sha256:DIGEST, the runtime image's staged digest")
     try:
         image = client.images.pull(ref)

@@ -42,8 +42,9 @@ class Promoted:
 
 def lookup(v: Variant, build_hash: str, staging: str, public: str | None) -> Lookup:
     ref = hash_ref(v, staging, build_hash)
-    digest = registry.digest(ref)
-    image_id = registry.config_digest(f"{ref.rsplit(':', 1)[0]}@{digest}") if digest else None
+    raw = registry.raw_manifest(ref)  # one read gives both the digest and the image ID
+    digest = registry.digest_of(raw) if raw is not None else None
+    image_id = registry.config_of(raw, ref) if raw is not None else None
     published = bool(digest and public and registry.digest(target_refs(v, public)[0]) == digest)
     return Lookup(v.name, build_hash, ref, digest, image_id, published)
 
@@ -51,7 +52,7 @@ def lookup(v: Variant, build_hash: str, staging: str, public: str | None) -> Loo
 def parent_base(v: Variant, parent: str) -> tuple[str, str]:
     """A child image's FROM reference and its parent's image ID, read from the registry: what `inputs` takes
     so that a child's build hash is known without pulling its runtime image."""
-    if not patterns.matches(patterns.IMAGE_REF, parent) or "@sha256:" not in parent:
+    if not patterns.matches(patterns.DIGEST_REF, parent):
         raise UserError(f"--parent {parent!r}: expected REPOSITORY@sha256:DIGEST, the runtime image's staged digest")
     if not v.parent_ref:
         raise UserError(f"--parent: {v.name} is not built on another image of the matrix")

@@ -54,22 +54,30 @@ def raw_manifest(ref: str) -> bytes | None:
     raise RegistryError(f"{ref}: {error.splitlines()[-1] if error else 'skopeo inspect failed'}")
 
 
+def digest_of(raw: bytes) -> str:
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
 def digest(ref: str) -> str | None:
     """The digest of the manifest `ref` names now, read registry-side; None when there is none."""
     raw = raw_manifest(ref)
-    return None if raw is None else "sha256:" + hashlib.sha256(raw).hexdigest()
+    return None if raw is None else digest_of(raw)
 
 
-def config_digest(ref: str) -> str:
-    """The config blob's digest of a single-platform image: the image ID the Docker engine gives it."""
-    raw = raw_manifest(ref)
-    if raw is None:
-        raise RegistryError(f"{ref}: no such manifest")
+def config_of(raw: bytes, ref: str) -> str:
+    """The config blob's digest in a single-platform image manifest: the image ID the Docker engine gives it."""
     manifest: dict[str, Any] = json.loads(raw)
     config = manifest.get("config", {}).get("digest")
     if not isinstance(config, str):
         raise RegistryError(f"{ref}: not a single-platform image manifest ({manifest.get('mediaType')})")
     return config
+
+
+def config_digest(ref: str) -> str:
+    raw = raw_manifest(ref)
+    if raw is None:
+        raise RegistryError(f"{ref}: no such manifest")
+    return config_of(raw, ref)
 
 
 def copy(source: str, destination: str) -> None:
