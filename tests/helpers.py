@@ -61,15 +61,18 @@ def project_copy(directory: Path, matrix_edits: dict[str, str], templates: bool 
 
 
 def small_project(directory: Path, name: str, template_edit: tuple[str, str] | None = None,
-                  variants: tuple[str, ...] = (SMALL_VARIANT,)) -> Path:
+                  variants: tuple[str, ...] = (SMALL_VARIANT,),
+                  edits: tuple[tuple[str, str, str], ...] = ()) -> Path:
     """The project with its own image name and a real, hash-locked, small lock (uv's resolver) for each of
-    `variants` (runtime images of Debian 12, Python 3.11)."""
-    matrix = project_copy(directory, {"name: pytorch-cuda": f"name: {name}"}, templates=template_edit is not None)
-    if template_edit:
-        path = directory / "templates" / "_user.j2"
+    `variants` (runtime images of Debian 12, Python 3.11). `template_edit` replaces a string of the OS step
+    (_user.j2); `edits`, (template, old, new) of any template."""
+    edits = ((("_user.j2", *template_edit),) if template_edit else ()) + edits
+    matrix = project_copy(directory, {"name: pytorch-cuda": f"name: {name}"}, templates=bool(edits))
+    for template, old, new in edits:
+        path = directory / "templates" / template
         text = path.read_text()
-        assert text.count(template_edit[0]) == 1
-        path.write_text(text.replace(template_edit[0], template_edit[1]))
+        assert text.count(old) == 1, (template, old)
+        path.write_text(text.replace(old, new))
     locked = subprocess.run([find_uv_bin(), "pip", "compile", "-", "--generate-hashes", "--no-header", "--quiet",
                              "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_36"],
                             input="six==1.17.0\npackaging==24.2\n", capture_output=True, text=True, check=True,

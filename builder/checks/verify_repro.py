@@ -1,5 +1,7 @@
 """`imgbuild verify-repro VARIANT`: build twice without cache and compare the image IDs; when they differ,
-name each file that differs per layer, and how (content, mode, owner, mtime), the way diffoci does."""
+name each file that differs per layer, and how (content, mode, owner, mtime), the way diffoci does. And
+read every layer of the image for what its step was not meant to write (checks/layer_paths): a build
+tool's leftover can be the same twice on one host and differ on the next."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import docker
 import docker.errors
 
 from ..engine import bases, saved
-from ..engine.build import BuildOptions, build_one
+from ..engine.build import BuildOptions, build_one, inputs
 from ..engine.builder import BuildFailed
 from ..engine.normalise import normalised_config
 from ..errors import UserError
@@ -20,6 +22,7 @@ from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
 from ..plan.project import Project
 from ..progress import Reporter
+from . import layer_paths
 
 
 @dataclass(frozen=True)
@@ -64,10 +67,22 @@ class Verdict:
     image_ids: tuple[str, str]
     base_ids: tuple[str, ...]  # the base made anew before each build, when asked
     diffs: tuple[LayerDiff, ...]
+    strays: tuple[layer_paths.Stray, ...] = ()
 
     @property
     def reproducible(self) -> bool:
         return self.image_ids[0] == self.image_ids[1] and len(set(self.base_ids)) <= 1
+
+    @property
+    def passed(self) -> bool:
+        return self.reproducible and not self.strays
+
+    def _strays(self) -> list[str]:
+        if not self.strays:
+            return ["every layer holds only what its step writes"]
+        shown = [f"  {s}" for s in self.strays[:40]]
+        more = [f"  ... and {len(self.strays) - 40} more"] if len(self.strays) > 40 else []
+        return [f"{len(self.strays)} entries no step was meant to write:", *shown, *more]
 
     def report(self) -> str:
         lines = []
@@ -76,12 +91,12 @@ class Verdict:
             lines.append("base bootstrapped twice: " + (f"one image ID {self.base_ids[0]}" if len(ids) == 1
                                                          else " != ".join(self.base_ids)))
         if self.reproducible:
-            return "\n".join([*lines, f"reproducible: {self.image_ids[0]}"])
+            return "\n".join([*lines, f"reproducible: {self.image_ids[0]}", *self._strays()])
         lines.append(f"NOT reproducible: {self.image_ids[0]} != {self.image_ids[1]}")
         for d in self.diffs:
             lines.append("config:" if d.index < 0 else f"layer {d.index}:")
             lines += [f"  {line}" for line in d.lines]
-        return "\n".join(lines)
+        return "\n".join([*lines, *self._strays()])
 
 
 def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Project, opts: BuildOptions,
@@ -103,9 +118,12 @@ def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
             raise UserError(f"{v.name}: the build failed at {exc.step[:150]}: {exc.reason} (log: {exc.log})") from None
         assert result.image_id is not None
         image_ids.append(result.image_id)
+    base = client.images.get(inputs(client, res, v, project, opts).base_id)
+    read = saved.read(client, image_ids[1], v.source_date_epoch, index=True)
+    strays = tuple(layer_paths.strays(read, len(base.attrs["RootFS"]["Layers"])))
     diffs: tuple[LayerDiff, ...] = ()
     if image_ids[0] != image_ids[1]:
         diffs = tuple(compare(client, image_ids[0], image_ids[1], v.source_date_epoch))
         with contextlib.suppress(docker.errors.APIError):
             client.images.remove(image_ids[0])  # the first build's image: the tags are on the second's
-    return Verdict((image_ids[0], image_ids[1]), tuple(base_ids), diffs)
+    return Verdict((image_ids[0], image_ids[1]), tuple(base_ids), diffs, strays)

@@ -44,6 +44,7 @@ def test_two_builds_from_two_bootstraps_give_one_image_id(client: docker.DockerC
     assert re.search(r"^base bootstrapped twice: one image ID sha256:[0-9a-f]{64}$", result.stdout, flags=re.M)
     m = re.search(r"^reproducible: (sha256:[0-9a-f]{64})$", result.stdout, flags=re.M)
     assert m, result.stdout
+    assert "every layer holds only what its step writes" in result.stdout
     image = client.images.get(m[1])
     assert image.attrs["Created"].startswith("2025-01-01T00:00:00")
     assert f"{NAME}:2.7.1-cuda12.6-cudnn9-debian12-runtime" in image.tags
@@ -78,3 +79,21 @@ def test_verify_repro_names_a_planted_source_of_nondeterminism(client: docker.Do
     assert result.returncode == 1, result.stdout + result.stderr[-3000:]
     assert re.search(r"^NOT reproducible: sha256:[0-9a-f]{64} != sha256:[0-9a-f]{64}$", result.stdout, flags=re.M)
     assert re.search(r"^layer 1:\n  /etc/imgbuild-build-time: content$", result.stdout, flags=re.M), result.stdout
+
+
+def test_verify_repro_names_what_a_step_left_that_it_was_not_meant_to_write(client: docker.DockerClient,
+                                                                           tmp_path: Path) -> None:
+    """A tool's cache in root's home from the OS step (the same bytes twice here: only the layer check sees
+    it), and a file outside the venv from a wheel step; and none of the engine's own files (/.dockerenv,
+    /etc/mtab) in any layer, which a step's clamp used to copy up."""
+    cache = " && mkdir -p /root/.cache/uv && echo uv > /root/.cache/uv/CACHEDIR.TAG \\\n && useradd "
+    outside = " && echo x > /etc/imgbuild-stray \\\n && rm -rf /tmp/uv "
+    matrix = small_project(tmp_path, NAME, (" && useradd ", cache), edits=(("_install.j2", " && rm -rf /tmp/uv ",
+                                                                             outside),))
+    result = imgbuild("verify-repro", VARIANT, "--matrix", str(matrix), "--ca-bundle",
+                      "/etc/ssl/certs/ca-certificates.crt", "--log-dir", str(tmp_path / "logs"), timeout=TIMEOUT_S)
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    strays = re.findall(r"^  (layer \d+: /\S+: .*)$", result.stdout, flags=re.M)
+    assert "layer 1: /root/.cache/uv/CACHEDIR.TAG: a tool's cache in root's home" in strays, result.stdout
+    assert "layer 2: /etc/imgbuild-stray: outside /opt/venv in a wheel layer" in strays, result.stdout
+    assert not [s for s in strays if "/.dockerenv" in s or "/etc/mtab" in s], result.stdout

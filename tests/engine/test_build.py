@@ -18,9 +18,12 @@ from pathlib import Path
 import docker
 import pytest
 
+from builder.checks import layer_paths
 from builder.engine import client as engine
+from builder.engine import saved
 from builder.engine.bases import bootstrap
 from builder.host import state
+from builder.host.base import bootstrapped_ref
 from builder.host.base import plan as base_plan
 from builder.matrix.resolve import load
 
@@ -31,6 +34,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.network]
 
 DEFAULT = "2.7.1-cu126-debian12-runtime"
 BUILD_TIMEOUT_S = 2400
+EPOCH = 1735689600  # matrix.yaml's source_date_epoch
 TAGS = ("pytorch-cuda:2.7.1-cuda12.4-cudnn9-debian12-runtime", "pytorch-cuda:2.7.1-cuda12.6-cudnn9-debian12-runtime")
 
 
@@ -154,6 +158,19 @@ def test_an_image_that_only_carries_the_label_is_not_up_to_date(client: docker.D
 def test_ca_bundle_is_in_no_layer_config_or_history(client: docker.DockerClient, torch_image: str,
                                                      ca: tuple[Path, list[bytes]]) -> None:
     assert image_holds(client, torch_image, ca[1]) == []
+
+
+def test_every_layer_holds_only_what_its_step_writes(client: docker.DockerClient, torch_image: str) -> None:
+    """No build tool's leftover (uv's interpreter cache carried the build time and this host's CPU flags),
+    no engine file (/.dockerenv, /etc/mtab), nothing outside the venv from a wheel step, in any layer above
+    the base; and no entry dated after the epoch."""
+    image = saved.read(client, torch_image, EPOCH, index=True)
+    base = client.images.get(bootstrapped_ref("debian12")).attrs["RootFS"]["Layers"]
+    assert [image.diff_ids[p] for p in image.layers[: len(base)]] == base
+    assert [str(s) for s in layer_paths.strays(image, len(base))] == []
+    assert {p: late for p, late in image.late.items() if late} == {}
+    wheel_steps = [i for i, step in enumerate(layer_paths.layer_steps(image.config)) if layer_paths.WHEEL_STEP in step]
+    assert len(wheel_steps) == 3, layer_paths.layer_steps(image.config)
 
 
 def test_a_failing_step_tags_nothing_and_leaves_no_container(client: docker.DockerClient, torch_image: str,
