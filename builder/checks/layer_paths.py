@@ -7,7 +7,7 @@ Two rules, from the image's own history (each layer's step):
   home, /tmp, /var/tmp, apt's caches, logs), and none of the files the engine puts in every build container
   (`/.dockerenv`, `/etc/mtab`): a step that touches one copies it up into its layer;
 - in a wheel layer (its step says `imgbuild: layer NAME`): nothing outside the venv, but for the directories
-  above it and the emptied /tmp.
+  above it.
 
 The base's own layers are the distro's, pinned as an input: they are not checked.
 """
@@ -65,8 +65,8 @@ def _trace(name: str, entry: Entry) -> str | None:
 def _outside_venv(name: str, entry: Entry) -> bool:
     if name == VENV or name.startswith(VENV + "/"):
         return False
-    # The directories above the venv, and /tmp emptied again by the step, come with any write below them.
-    return not (entry.kind == "dir" and (VENV.startswith(name + "/") or name == "tmp"))
+    # The directories above the venv come with any write below them.
+    return not (entry.kind == "dir" and VENV.startswith(name + "/"))
 
 
 def layer_steps(config: dict[str, object]) -> list[str]:

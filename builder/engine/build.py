@@ -236,7 +236,7 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
                                   f"network (not a remote DOCKER_HOST, Docker Desktop's VM or rootless "
                                   f"Docker)") from None
             # sha256sum's words for a file of the build container whose digest did not match
-            if any(line.endswith(("/tmp/uv: FAILED", "/tmp/requirements.txt: FAILED")) for line in exc.tail):  # noqa: S108
+            if any(line.endswith(("/uv: FAILED", "/requirements.txt: FAILED")) for line in exc.tail):
                 raise BuildFailed(exc.step, exc.tail, exc.log, f"{exc.reason}: {WHEEL_URL} served other bytes than "
                                   f"the digests the Dockerfile names, so the step stopped before running them "
                                   f"(the port is held by {wheel_server.holder()})") from None

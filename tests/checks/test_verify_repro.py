@@ -87,8 +87,8 @@ def test_verify_repro_names_what_a_step_left_that_it_was_not_meant_to_write(clie
     it), and a file outside the venv from a wheel step; and none of the engine's own files (/.dockerenv,
     /etc/mtab) in any layer, which a step's clamp used to copy up."""
     cache = " && mkdir -p /root/.cache/uv && echo uv > /root/.cache/uv/CACHEDIR.TAG \\\n && useradd "
-    outside = " && echo x > /etc/imgbuild-stray \\\n && rm -rf /tmp/uv "
-    matrix = small_project(tmp_path, NAME, (" && useradd ", cache), edits=(("_install.j2", " && rm -rf /tmp/uv ",
+    outside = ' && echo x > /etc/imgbuild-stray \\\n && rm -rf "$b" '
+    matrix = small_project(tmp_path, NAME, (" && useradd ", cache), edits=(("_install.j2", ' && rm -rf "$b" ',
                                                                              outside),))
     result = imgbuild("verify-repro", VARIANT, "--matrix", str(matrix), "--ca-bundle",
                       "/etc/ssl/certs/ca-certificates.crt", "--log-dir", str(tmp_path / "logs"), timeout=TIMEOUT_S)

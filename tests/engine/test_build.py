@@ -178,9 +178,9 @@ def test_a_failing_step_tags_nothing_and_leaves_no_container(client: docker.Dock
     matrix = project_copy(tmp_path, {"name: pytorch-cuda": "name: imgbuild-test-fail"}, templates=True)
     install = tmp_path / "templates" / "_install.j2"  # uv refuses an option it does not know, inside the RUN
     text = install.read_text()
-    assert text.count("--requirement /tmp/requirements.txt \\\n") == 1
-    install.write_text(text.replace("--requirement /tmp/requirements.txt \\\n",
-                                    "--requirement /tmp/requirements.txt --no-such-option \\\n"))
+    assert text.count('--requirement "$b/requirements.txt" \\\n') == 1
+    install.write_text(text.replace('--requirement "$b/requirements.txt" \\\n',
+                                    '--requirement "$b/requirements.txt" --no-such-option \\\n'))
     assert imgbuild("render", "--matrix", str(matrix)).returncode == 0
     before = containers(client)
     result = imgbuild("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),

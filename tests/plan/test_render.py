@@ -145,7 +145,7 @@ def test_devel_starts_from_the_toolkit_image_not_the_cudnn_one(res: Resolution) 
 
 def wheel_steps(text: str) -> list[str]:
     """The RUN steps of the final stage that install a wheel layer, in order."""
-    return [step for step in re.split(r"\n(?=[A-Z]+ |# )", stage(text, None)) if "/tmp/uv pip install" in step]
+    return [step for step in re.split(r"\n(?=[A-Z]+ |# )", stage(text, None)) if "/uv\" pip install" in step]
 
 
 def test_final_stage_installs_the_big_layers_first_and_nothing_variant_specific_before(res: Resolution) -> None:
@@ -160,7 +160,7 @@ def test_final_stage_installs_the_big_layers_first_and_nothing_variant_specific_
     runs = wheel_steps(text)
     assert len(runs) == 3 and all(d in run for d, run in zip(digests, runs, strict=True))
     assert layers["nvidia"].startswith("nvidia-") and "\ntorch==" not in layers["rest"]
-    assert "uv pip check" in runs[-1] and all("uv pip check" not in run for run in runs[:-1])
+    assert '/uv" pip check' in runs[-1] and all('/uv" pip check' not in run for run in runs[:-1])
 
 
 def test_torch_releases_of_one_wheel_share_the_os_stage_and_the_nvidia_layer(res: Resolution) -> None:
