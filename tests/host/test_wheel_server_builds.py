@@ -77,7 +77,8 @@ def test_a_planted_uv_fails_the_step_and_leaves_no_image_or_layer(client: docker
                       str(tmp_path / "logs"), timeout=BUILD_TIMEOUT_S)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
-    assert "/.imgbuild-build/uv: FAILED" in out and "served other bytes than the digests the Dockerfile names" in out, out
+    assert "/.imgbuild-build/uv: FAILED" in out, out
+    assert "served other bytes than the digests the Dockerfile names" in out, out
     assert re.search(r"the port is held by user \S+ \(uid \d+\), pid \d+", out), out
     assert client.images.list(name=NAME) == []
 
