@@ -13,7 +13,7 @@ import docker
 import docker.errors
 
 from ..engine import bases, saved
-from ..engine.build import BuildOptions, build_one, inputs
+from ..engine.build import BuildOptions, build_one, resolve_base
 from ..engine.builder import BuildFailed
 from ..engine.normalise import normalised_config
 from ..errors import UserError
@@ -33,7 +33,12 @@ class LayerDiff:
 
 def compare(client: docker.DockerClient, first: str, second: str, epoch: int, limit: int = 40) -> list[LayerDiff]:
     """Per differing layer, the paths that differ and how; layer -1 is the config."""
-    a, b = saved.read(client, first, epoch, index=True), saved.read(client, second, epoch, index=True)
+    return compare_read(saved.read(client, first, epoch, index=True), saved.read(client, second, epoch, index=True),
+                        epoch, limit)
+
+
+def compare_read(a: saved.Saved, b: saved.Saved, epoch: int, limit: int = 40) -> list[LayerDiff]:
+    """`compare` on two images already read with their entries."""
     diffs = []
     for i, (pa, pb) in enumerate(zip(a.layers, b.layers, strict=False)):
         if a.diff_ids[pa] == b.diff_ids[pb]:
@@ -118,12 +123,13 @@ def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
             raise UserError(f"{v.name}: the build failed at {exc.step[:150]}: {exc.reason} (log: {exc.log})") from None
         assert result.image_id is not None
         image_ids.append(result.image_id)
-    base = client.images.get(inputs(client, res, v, project, opts).base_id)
+    base = client.images.get(resolve_base(client, res, v, opts)[1])
     read = saved.read(client, image_ids[1], v.source_date_epoch, index=True)
     strays = tuple(layer_paths.strays(read, len(base.attrs["RootFS"]["Layers"])))
     diffs: tuple[LayerDiff, ...] = ()
     if image_ids[0] != image_ids[1]:
-        diffs = tuple(compare(client, image_ids[0], image_ids[1], v.source_date_epoch))
+        first = saved.read(client, image_ids[0], v.source_date_epoch, index=True)
+        diffs = tuple(compare_read(first, read, v.source_date_epoch))
         with contextlib.suppress(docker.errors.APIError):
             client.images.remove(image_ids[0])  # the first build's image: the tags are on the second's
     return Verdict((image_ids[0], image_ids[1]), tuple(base_ids), diffs, strays)
