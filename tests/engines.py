@@ -62,9 +62,10 @@ def engine_image(host: docker.DockerClient) -> str:
         mirror = host_mirror()
         assert mirror, "no Debian mirror in this host's apt sources"
         ROOTFS.parent.mkdir(parents=True, exist_ok=True)
-        part = ROOTFS.with_suffix(".part")
-        # forky/sid's Release files are past their Valid-Until on this mirror (a frozen snapshot).
-        subprocess.run(["mmdebstrap", "--variant=minbase", "--quiet",
+        part = ROOTFS.with_name(ROOTFS.name + ".part")
+        # forky/sid's Release files are past their Valid-Until on this mirror (a frozen snapshot). The format
+        # said outright: mmdebstrap takes it from the name's suffix, and ".part" would make a directory.
+        subprocess.run(["mmdebstrap", "--variant=minbase", "--quiet", "--format=tar",
                         "--aptopt=Acquire::Check-Valid-Until \"false\"", f"--include={PACKAGES}", "sid", str(part),
                         mirror], check=True, timeout=900)
         part.replace(ROOTFS)

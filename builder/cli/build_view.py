@@ -44,4 +44,4 @@ def as_json(results: list[BuildResult]) -> list[dict[str, object]]:
     """What `imgbuild build --json` writes: one object per image (the benchmark reads it)."""
     return [{"variant": r.variant, "status": r.status, "seconds": round(r.seconds, 3), "image_id": r.image_id,
              "size": r.size, "wheels_downloaded": r.fetched.downloaded if r.fetched else 0,
-             "bytes_downloaded": r.fetched.bytes if r.fetched else 0} for r in results]
+             "bytes_downloaded": r.fetched.bytes if r.fetched else 0, "digests": r.digests} for r in results]

@@ -20,14 +20,14 @@ from ..host import state, wheel_server, wheels
 from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
-from ..plan import deblock, lockfile
+from ..plan import deblock, expected, lockfile
 from ..plan.context import HASH_LABEL, BuildInputs, context_tar, hash_ref
 from ..plan.layers import WHEEL_URL, wheel_layers
 from ..plan.project import Project
 from ..plan.render import verified_context
 from ..plan.wheelfiles import target_of
 from ..progress import Reporter
-from . import bases, normalise
+from . import bases, canonical, normalise
 from . import client as engine
 from .builder import Builder, BuildFailed, ClassicBuilder, Interrupted
 
@@ -42,6 +42,10 @@ class BuildOptions:
     jobs: int = 1
     base_mirror: str | None = None  # a registry prefix standing in for Docker Hub / nvcr.io
     bootstrap_base: bool = False  # bootstrap an OS base that is neither here nor pullable
+    # Write every layer above the base, and the config, in imgbuild's own form (engine/canonical): the same
+    # bytes from any engine, for a `docker save` and a `docker load` of the image.
+    canonical: bool = False
+    record_digests: bool = False  # write a canonical image's digests next to its lock (plan/expected)
     # What turns a context into an image: the engine's classic builder unless another joins.
     builder: Callable[[docker.DockerClient], Builder] = ClassicBuilder
 
@@ -57,6 +61,7 @@ class BuildResult:
     log: Path | None = None
     message: str = ""
     fetched: wheels.Fetched | None = None  # what the host's wheel cache had to download for this build
+    digests: str = ""  # a canonical image against its committed digests: matches | recorded | none
 
 
 def order(res: Resolution, variants: list[Variant]) -> list[list[Variant]]:
@@ -100,12 +105,12 @@ def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts:
 
 
 def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
-           opts: BuildOptions, base: tuple[str, str] | None = None) -> BuildInputs:
+           opts: BuildOptions, base: tuple[str, canonical.Base] | None = None) -> BuildInputs:
     """The build's inputs, the base reference among its arguments; refuses a context that is not current.
 
     The context is images/<variant>/Dockerfile, once it is known to equal what renders, with the files every
-    image ships (plan.render.verified_context). `base`: the FROM reference and image ID, when known without
-    the engine (a registry-side lookup of a child image reads its parent's ID from the registry)."""
+    image ships (plan.render.verified_context). `base`: the FROM reference and the base (canonical.Base), when
+    known without the engine (a registry-side lookup of a child image reads its parent from the registry)."""
     if not project.lock_path(v).is_file():
         raise UserError(f"{v.name} has no lock ({project.lock_path(v)}); run `imgbuild lock --variant "
                         f"{v.name}` where its wheel index ({v.wheel_index or 'PyPI'}) answers")
@@ -113,9 +118,13 @@ def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
         raise UserError(f"{v.name} has no .deb lock ({deblock.path(project, v)}); run `imgbuild lock --variant "
                         f"{v.name}` with the {v.os} base here (`imgbuild base bootstrap {v.os}`)")
     rendered = verified_context(v, project, Path(res.facts.file))
-    base_ref, base_id = base or resolve_base(client, res, v, opts)
+    if base is None:
+        base_ref, base_id = resolve_base(client, res, v, opts)
+        base = base_ref, canonical.Base.on(client, base_id)
+    base_ref, found = base
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
-    return BuildInputs(tuple(rendered), base_id, ((arg, base_ref),))
+    shaping = canonical.VERSION if opts.canonical else normalise.VERSION
+    return BuildInputs(tuple(rendered), found.identity, ((arg, base_ref),), shaping, found.layers)
 
 
 def adopt_parent(client: docker.DockerClient, res: Resolution, v: Variant, ref: str) -> str:
@@ -241,9 +250,20 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
                                   f"the digests the Dockerfile names, so the step stopped before running them "
                                   f"(the port is held by {wheel_server.holder()})") from None
             raise
-    rep.begin(v.name, "normalising the image config")
-    result = normalise.normalise(client, built, v.source_date_epoch)
+    if opts.canonical:
+        rep.begin(v.name, "writing the layers above the base canonically")
+        result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch)
+    else:
+        rep.begin(v.name, "normalising the image config")
+        result = normalise.normalise(client, built, v.source_date_epoch)
     image_id = result.image_id
+    checked = ""
+    if result.digests is not None:
+        checked, problem = _check_digests(project, v, result.digests, opts.record_digests, rep)
+        if problem:
+            return BuildResult(v.name, "failed", time.monotonic() - start, image_id, log=log_path,
+                               message=f"image {image_id[:19]}, left untagged, is not what "
+                                       f"{expected.path(project, v)} holds: {problem}")
     state.record_built(digest, image_id)
     tag_all(client, image_id, v)
     rep.say(v.name, f"built {image_id[:19]}")
@@ -251,7 +271,24 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
         rep.say(v.name, f"WARNING: not reproducible: {len(result.late)} entries carry the build time "
                         f"(first: {result.late[0]}); `imgbuild verify-repro {v.name}` names them all")
     return BuildResult(v.name, "built", time.monotonic() - start, image_id, v.refs(),
-                       client.images.get(image_id).attrs.get("Size"), log_path, fetched=fetched)
+                       client.images.get(image_id).attrs.get("Size"), log_path, fetched=fetched, digests=checked)
+
+
+def _check_digests(project: Project, v: Variant, got: expected.Digests, record: bool,
+                   rep: Reporter) -> tuple[str, str | None]:
+    """A canonical image against the digests committed next to its lock: (what was found, the problem)."""
+    if record:
+        rep.say(v.name, f"digests recorded in {expected.write(project, v, got)}")
+        return "recorded", None
+    want = expected.read(project, v)
+    if want is None:
+        rep.say(v.name, f"no committed digests ({expected.path(project, v)}) to compare with")
+        return "none", None
+    problem = expected.difference(want, got)
+    if problem is None:
+        rep.say(v.name, f"matches the committed digests: config {got.config[:19]}")
+        return "matches", None
+    return "differs", problem
 
 
 def build_all(client: docker.DockerClient, res: Resolution, variants: list[Variant], project: Project,

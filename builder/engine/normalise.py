@@ -21,6 +21,7 @@ import json
 import re
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO
@@ -28,8 +29,12 @@ from typing import IO
 import docker
 import docker.errors
 
+from ..plan.expected import Digests
 from .client import containerd_store
 from .saved import read, saved_stream
+
+# What `io.imgbuild.build-hash` covers of this module (see canonical.VERSION).
+VERSION = "normalised-config 1"
 
 
 def iso(epoch: int) -> str:
@@ -54,7 +59,8 @@ def normalised_config(config: dict[str, object], epoch: int) -> bytes:
     return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _load(client: docker.DockerClient, archive: IO[bytes] | bytes, config_bytes: bytes) -> str:
+def load_archive(client: docker.DockerClient, archive: IO[bytes] | bytes | Iterator[bytes],
+                 config_bytes: bytes) -> str:
     """`docker load` an archive; returns the ID the engine gave the image. The graph-driver store names it by
     its config's digest; containerd's by the manifest `docker load` writes, which only its answer tells."""
     said = []
@@ -81,7 +87,7 @@ def load_config(client: docker.DockerClient, config_bytes: bytes, layers: list[s
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
         _add(tar, f"{image_id}.json", config_bytes)
         _add(tar, "manifest.json", manifest)
-    return _load(client, buffer.getvalue(), config_bytes)
+    return load_archive(client, buffer.getvalue(), config_bytes)
 
 
 def load_with_layers(client: docker.DockerClient, built_id: str, config_bytes: bytes) -> str:
@@ -103,13 +109,14 @@ def load_with_layers(client: docker.DockerClient, built_id: str, config_bytes: b
             _add(out, "manifest.json", json.dumps([{"Config": f"{image_id}.json", "RepoTags": None,
                                                     "Layers": layers}]).encode())
         archive.seek(0)
-        return _load(client, archive, config_bytes)
+        return load_archive(client, archive, config_bytes)
 
 
 @dataclass(frozen=True)
 class Normalised:
     image_id: str
     late: tuple[str, ...]  # "layer N: path" for entries still newer than the epoch: not reproducible
+    digests: Digests | None = None  # what a canonical image is made of (engine/canonical)
 
 
 # History steps that never add a layer, in the classic builder's words ("#(nop)  ENV ...") and BuildKit's.

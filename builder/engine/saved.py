@@ -16,7 +16,7 @@ import io
 import json
 import posixpath
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -145,9 +145,24 @@ def _layer(hashing: _Hashing, epoch: int, index: bool) -> tuple[str, list[str], 
     return "sha256:" + hashing.digest.hexdigest(), late, listing
 
 
-def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = False) -> Saved:
+def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = False,
+         layer_sink: Callable[[str, IO[bytes]], None] | None = None) -> Saved:
     """Stream the saved image once: config, each layer's diffID and its entries newer than `epoch`
-    (with `index`, every entry with its content hash too)."""
+    (with `index`, every entry with its content hash too). With `layer_sink`, each layer's tar is handed to
+    it instead (by archive path, uncompressed), and only the diffIDs are read."""
+
+    def layer(path: str, hashing: _Hashing) -> None:
+        if layer_sink is None:
+            diff_ids[path], late[path], listing = _layer(hashing, epoch, index)
+            if index:
+                entries[path] = listing
+            return
+        reader = io.BufferedReader(hashing, 1 << 20)
+        layer_sink(path, reader)
+        while reader.read(1 << 20):
+            pass
+        diff_ids[path], late[path] = "sha256:" + hashing.digest.hexdigest(), []
+
     config_bytes, manifest = b"", []
     diff_ids: dict[str, str] = {}
     late: dict[str, list[str]] = {}
@@ -170,9 +185,7 @@ def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = F
                 raw = gzip.GzipFile(fileobj=io.BufferedReader(_Hashing(f, head)))  # type: ignore[assignment]
                 head = raw.read(512)
             if member.name.endswith("layer.tar") or (blob and head[257:262] == b"ustar"):
-                diff_ids[member.name], late[member.name], listing = _layer(_Hashing(raw, head), epoch, index)
-                if index:
-                    entries[member.name] = listing
+                layer(member.name, _Hashing(raw, head))
             elif member.name == "manifest.json":
                 manifest = json.loads(f.read())
             elif member.name.endswith(".json") and "/" not in member.name and member.name != "index.json":
@@ -184,9 +197,7 @@ def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = F
     config = json.loads(config_bytes) if config_bytes else {}
     for path in manifest[0]["Layers"] if manifest else []:
         if path not in diff_ids and path in blobs:  # an empty layer: zeros only, no header to tell it by
-            diff_ids[path], late[path], listing = _layer(_Hashing(io.BytesIO(blobs[path])), epoch, index)
-            if index:
-                entries[path] = listing
+            layer(path, _Hashing(io.BytesIO(blobs[path])))
     for name, target in links.items():
         diff_ids[name], late[name] = diff_ids[target], late[target]
         if index:

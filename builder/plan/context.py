@@ -96,15 +96,21 @@ def files_digest(files: list[ContextFile]) -> str:
 
 @dataclass(frozen=True)
 class BuildInputs:
-    """What decides an image: the context's files, the base image's ID, and the build arguments."""
+    """What decides an image: the context's files, the base image, and the build arguments."""
 
     files: tuple[ContextFile, ...]  # sorted by path
-    base_id: str
+    base_id: str  # the base's identity on any engine (engine.canonical.Base), not its engine-local image ID
     buildargs: tuple[tuple[str, str], ...]
+    # Which of imgbuild's writers shapes the image's bytes after the build, and its version: another writer
+    # gives other bytes from the same context, so it is an input too.
+    shaping: str = ""
+    base_layers: int = 0  # how many of the image's layers are the base's: not an input, known with it
 
     def digest(self) -> str:
         h = hashlib.sha256(_SCHEME)
         h.update(f"base {self.base_id}\n".encode())
+        if self.shaping:
+            h.update(f"shaping {self.shaping}\n".encode())
         for key, value in self.buildargs:
             h.update(f"arg {key}={value}\n".encode())
         for f in self.files:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import patterns
+from ..engine.canonical import Base
 from ..errors import UserError
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
@@ -49,14 +50,14 @@ def lookup(v: Variant, build_hash: str, staging: str, public: str | None) -> Loo
     return Lookup(v.name, build_hash, ref, digest, image_id, published)
 
 
-def parent_base(v: Variant, parent: str) -> tuple[str, str]:
-    """A child image's FROM reference and its parent's image ID, read from the registry: what `inputs` takes
+def parent_base(v: Variant, parent: str) -> tuple[str, Base]:
+    """A child image's FROM reference and its parent's identity, read from the registry: what `inputs` takes
     so that a child's build hash is known without pulling its runtime image."""
     if not patterns.matches(patterns.DIGEST_REF, parent):
         raise UserError(f"--parent {parent!r}: expected REPOSITORY@sha256:DIGEST, the runtime image's staged digest")
     if not v.parent_ref:
         raise UserError(f"--parent: {v.name} is not built on another image of the matrix")
-    return v.parent_ref, registry.config_digest(parent)
+    return v.parent_ref, Base.of(registry.config(parent))
 
 
 def write_lookup(path: Path, found: Lookup) -> None:

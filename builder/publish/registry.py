@@ -73,11 +73,15 @@ def config_of(raw: bytes, ref: str) -> str:
     return config
 
 
-def config_digest(ref: str) -> str:
-    raw = raw_manifest(ref)
-    if raw is None:
-        raise RegistryError(f"{ref}: no such manifest")
-    return config_of(raw, ref)
+def config(ref: str) -> dict[str, Any]:
+    """The image config `ref` names, read registry-side."""
+    result = _run(["inspect", "--config", "--raw", "--retry-times", "2", *_tls(ref, "--tls-verify"),
+                   f"docker://{ref}"])
+    if result.returncode != 0:
+        error = result.stderr.decode(errors="replace").strip()
+        raise RegistryError(f"{ref}: {error.splitlines()[-1] if error else 'skopeo inspect --config failed'}")
+    found: dict[str, Any] = json.loads(result.stdout)
+    return found
 
 
 def copy(source: str, destination: str) -> None:

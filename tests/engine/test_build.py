@@ -173,6 +173,22 @@ def test_every_layer_holds_only_what_its_step_writes(client: docker.DockerClient
     assert sum(layer_paths.WHEEL_STEP in step for step in steps) == 3, steps
 
 
+def test_the_default_image_written_canonically_matches_its_committed_digests(client: docker.DockerClient,
+                                                                            torch_image: str, tmp_path: Path) -> None:
+    """`imgbuild build --canonical` gives here what locks/<default>.digests.json holds, as it gave on Docker
+    28.5 with overlay2 and with the containerd store: a change of bytes anywhere fails CI, naming its layer."""
+    result = imgbuild("build", "--canonical", "--bootstrap-base", "--log-dir", str(tmp_path), "--json",
+                      str(tmp_path / "r.json"), timeout=BUILD_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    row = json.loads((tmp_path / "r.json").read_text())[0]
+    assert (row["status"], row["digests"]) == ("built", "matches"), row
+    assert "2.7.1+cu126" in run(client, row["image_id"], ["python", "-c", "import torch; print(torch.__version__)"])
+    # The other tests' image back under the tags: up to date, not built again.
+    result = imgbuild("build", "--log-dir", str(tmp_path), "--json", str(tmp_path / "back.json"))
+    assert json.loads((tmp_path / "back.json").read_text())[0]["status"] == "up-to-date", result.stderr
+    assert client.images.get(TAGS[1]).id == torch_image
+
+
 def test_a_failing_step_tags_nothing_and_leaves_no_container(client: docker.DockerClient, torch_image: str,
                                                               tmp_path: Path) -> None:
     matrix = project_copy(tmp_path, {"name: pytorch-cuda": "name: imgbuild-test-fail"}, templates=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.engine import canonical, normalise
 from builder.matrix.resolve import load
 from builder.plan.context import BuildInputs, ContextFile, context_tar
 from builder.plan.layers import wheel_layers
@@ -19,8 +20,9 @@ FILES = (ContextFile("Dockerfile", b"FROM x\n", 0o644), ContextFile("gpu-check",
 
 
 def digest(files: tuple[ContextFile, ...] = FILES, base: str = "sha256:aa",
-           args: tuple[tuple[str, str], ...] = (("BASE_IMAGE", "debian:12"),)) -> str:
-    return BuildInputs(files, base, args).digest()
+           args: tuple[tuple[str, str], ...] = (("BASE_IMAGE", "debian:12"),), shaping: str = normalise.VERSION,
+           base_layers: int = 1) -> str:
+    return BuildInputs(files, base, args, shaping, base_layers).digest()
 
 
 def test_hash_is_stable_for_unchanged_inputs() -> None:
@@ -33,9 +35,15 @@ def test_hash_is_stable_for_unchanged_inputs() -> None:
     {"files": (*FILES, ContextFile("rootfs/opt/imgbuild/smoke_tests/x.py", b"\n", 0o644))},  # a payload file
     {"base": "sha256:bb"},  # a new base image ID
     {"args": (("BASE_IMAGE", "mirror.local/debian:12"),)},
+    {"shaping": canonical.VERSION},  # another writer of the same layers' bytes
 ])
 def test_hash_changes_with_any_input(changed: dict[str, object]) -> None:
     assert digest(**changed) != digest()  # type: ignore[arg-type]
+
+
+def test_the_base_layer_count_is_no_input() -> None:
+    """It is known with the base, whose identity is in the hash already."""
+    assert digest(base_layers=2) == digest()
 
 
 def test_the_context_tar_is_deterministic() -> None:

@@ -1,0 +1,63 @@
+"""The committed digests of a canonical image (`imgbuild build --canonical`), next to its lock:
+locks/<variant>.digests.json holds the config digest and every layer's diffID that build gave, and the
+writer version (engine/canonical) that gave them. A build that differs is an error naming the first layer
+that differs, so a change of bytes is seen where it happens, not when someone compares by hand."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import UserError
+from ..matrix.variant import Variant
+from .project import Project
+
+
+@dataclass(frozen=True)
+class Digests:
+    shaping: str  # the writer's version (engine.canonical.VERSION)
+    config: str  # sha256 of the config: the image ID on the graph-driver store
+    layers: tuple[str, ...]  # diffIDs, bottom first
+    steps: tuple[str, ...] = ()  # what made each layer, for the error
+
+
+def path(project: Project, v: Variant) -> Path:
+    return project.locks / f"{v.name}.digests.json"
+
+
+def read(project: Project, v: Variant) -> Digests | None:
+    where = path(project, v)
+    if not where.is_file():
+        return None
+    try:
+        data = json.loads(where.read_text())
+        return Digests(str(data["shaping"]), str(data["config"]), tuple(data["layers"]), tuple(data.get("steps", ())))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{where}: not a digests file ({exc}); write it again with "
+                        f"`imgbuild build --canonical --record-digests --variant {v.name}`") from None
+
+
+def write(project: Project, v: Variant, digests: Digests) -> Path:
+    where = path(project, v)
+    data = asdict(digests)
+    data["layers"], data["steps"] = list(digests.layers), list(digests.steps)
+    where.write_text(json.dumps(data, indent=2) + "\n")
+    return where
+
+
+def difference(want: Digests, got: Digests) -> str | None:
+    """None when `got` is what was committed; else one line naming the first layer that differs."""
+    if want.shaping != got.shaping:
+        return (f"written by {want.shaping!r}, this imgbuild writes {got.shaping!r}: record the digests "
+                f"again (--record-digests)")
+    if want.config == got.config:
+        return None
+    for i, (a, b) in enumerate(zip(want.layers, got.layers, strict=False)):
+        if a != b:
+            step = got.steps[i] if i < len(got.steps) else ""
+            return (f"layer {i} ({step[:90]}) is {b[:19]}, committed {a[:19]}; compare the two images' layer "
+                    f"{i} file by file with `imgbuild verify-repro` or diffoscope")
+    if len(want.layers) != len(got.layers):
+        return f"{len(got.layers)} layers, committed {len(want.layers)}"
+    return f"every layer is as committed, the config is not: {got.config[:19]}, committed {want.config[:19]}"

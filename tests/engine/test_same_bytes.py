@@ -1,0 +1,78 @@
+"""One variant, the same bytes from every engine of the test bed: `imgbuild build --canonical` on the host
+engine (Docker 20.10, overlay2) and on Docker 28.5 with overlay2 and with the containerd image store gives
+one config digest and one list of diffIDs. The small variant takes every kind of step a torch image takes
+(the OS step, a wheel step, the rootfs COPY); the torch image's figures are in the README."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import docker
+import pytest
+
+from builder.engine import client as engine
+from builder.engine import saved
+
+from ..conftest import imgbuild
+from ..engines import inner_engine
+from ..helpers import SMALL_VARIANT, small_project
+
+pytestmark = [pytest.mark.engine, pytest.mark.network]
+NAME = "imgbuild-test-same-bytes"
+EPOCH = 1735689600
+
+
+def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str],
+           client: docker.DockerClient) -> tuple[str, list[str]]:
+    """Build --canonical on one engine: the config's digest and the diffIDs, as `docker save` gives them."""
+    for args in (("base", "bootstrap", "debian12"),
+                 ("build", "--canonical", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
+                  "--json", str(tmp_path / f"{label}.json"))):
+        result = imgbuild(*args, env=env, timeout=1800)
+        assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
+    built = json.loads((tmp_path / f"{label}.json").read_text())[0]
+    assert built["status"] == "built", built
+    image = saved.read(client, built["image_id"], EPOCH)
+    out = client.containers.run(built["image_id"], ["python", "-c", "import six, packaging; print('ok')"],
+                                remove=True, network_mode="none")
+    assert out.decode().strip() == "ok"
+    return "sha256:" + hashlib.sha256(image.config_bytes).hexdigest(), [image.diff_ids[p] for p in image.layers]
+
+
+def test_canonical_build_gives_the_same_bytes_on_every_engine(tmp_path: Path) -> None:
+    matrix = small_project(tmp_path / "project", NAME)
+    host = engine.connect()
+    found = {"20.10 overlay2": _build(tmp_path, matrix, "host", {}, host)}
+    for store in ("overlay2", "containerd"):
+        with inner_engine(host, store) as inner:
+            found[f"28.5 {store}"] = _build(tmp_path, matrix, store, {"DOCKER_HOST": inner.host}, inner.client())
+    print(json.dumps(found, indent=1))
+    assert len(set(map(json.dumps, found.values()))) == 1, found
+    # The base, then the three layers imgbuild wrote: the OS step, the wheel step, the rootfs COPY.
+    assert len(found["20.10 overlay2"][1]) == 4
+
+
+def test_committed_digests_are_checked_and_a_difference_names_its_layer(tmp_path: Path) -> None:
+    """--record-digests writes the canonical image's digests next to its lock; a later build that gives
+    other bytes fails, names the first layer that differs, and exits 1."""
+    matrix = small_project(tmp_path, NAME)
+    build = ("build", "--canonical", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), "--json")
+    result = imgbuild(*build, str(tmp_path / "recorded.json"), "--record-digests", timeout=1800)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    written = tmp_path / "locks" / f"{SMALL_VARIANT}.digests.json"
+    digests = json.loads(written.read_text())
+    recorded = json.loads((tmp_path / "recorded.json").read_text())[0]
+    assert recorded["digests"] == "recorded" and len(digests["layers"]) == 4, recorded
+    assert digests["config"] == recorded["image_id"]  # the host's store: the image ID is the config digest
+    result = imgbuild(*build, str(tmp_path / "again.json"), "--force", timeout=1800)
+    assert result.returncode == 0 and json.loads((tmp_path / "again.json").read_text())[0]["digests"] == "matches"
+    digests["layers"][2] = "sha256:" + "0" * 64
+    digests["config"] = "sha256:" + "1" * 64
+    written.write_text(json.dumps(digests))
+    result = imgbuild(*build, str(tmp_path / "differs.json"), "--force", timeout=1800)
+    out = " ".join((result.stdout + result.stderr).split())  # the summary wraps long lines
+    assert result.returncode == 1, out[-3000:]
+    assert "layer 2 (" in out and "committed sha256:0000000000" in out and str(written) in out, out[-3000:]
+    assert json.loads((tmp_path / "differs.json").read_text())[0]["status"] == "failed"
