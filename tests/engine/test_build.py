@@ -177,7 +177,8 @@ def test_the_default_image_written_canonically_matches_its_committed_digests(cli
                                                                             torch_image: str, tmp_path: Path) -> None:
     """`imgbuild build --canonical` gives here what locks/<default>.digests.json holds, as it gave on Docker
     28.5 with overlay2 and with the containerd store: a change of bytes anywhere fails CI, naming its layer."""
-    result = imgbuild("build", "--canonical", "--bootstrap-base", "--log-dir", str(tmp_path), "--json",
+    # --force: an image of these inputs left by an earlier run would be "up-to-date", and not checked
+    result = imgbuild("build", "--canonical", "--bootstrap-base", "--force", "--log-dir", str(tmp_path), "--json",
                       str(tmp_path / "r.json"), timeout=BUILD_TIMEOUT_S)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     row = json.loads((tmp_path / "r.json").read_text())[0]

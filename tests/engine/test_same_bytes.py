@@ -28,7 +28,7 @@ def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str],
            client: docker.DockerClient) -> tuple[str, list[str]]:
     """Build --canonical on one engine: the config's digest and the diffIDs, as `docker save` gives them."""
     for args in (("base", "bootstrap", "debian12"),
-                 ("build", "--canonical", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
+                 ("build", "--canonical", "--force", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
                   "--json", str(tmp_path / f"{label}.json"))):
         result = imgbuild(*args, env=env, timeout=1800)
         assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
