@@ -25,6 +25,7 @@ import io
 import json
 import posixpath
 import re
+import shutil
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
@@ -44,6 +45,7 @@ from .normalise import Normalised, engine_config, iso, load_archive
 VERSION = "canonical-tar 1"
 
 T = TypeVar("T")
+_BLOCK = 1 << 20
 _WHITEOUT = ".wh."
 _XATTR = ("SCHILY.xattr.", "LIBARCHIVE.xattr.")
 _CONFIG_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir", "Labels",
@@ -75,7 +77,7 @@ def _key(tar: tarfile.TarFile, member: tarfile.TarInfo) -> Key:
     if member.isreg():
         h = hashlib.sha256()
         data = tar.extractfile(member)
-        while data is not None and (block := data.read(1 << 20)):
+        while data is not None and (block := data.read(_BLOCK)):
             h.update(block)
         content = h.hexdigest()
     elif member.ischr() or member.isblk():
@@ -243,21 +245,22 @@ class _Archive:
         self.f.write(b"\0" * tarfile.RECORDSIZE)
 
 
-def _layers(client: docker.DockerClient, image_id: str, into: Path) -> tuple[dict[str, object], list[Path]]:
-    """The saved image's config and its layer tars, each spooled to a file under `into`, bottom first."""
+def _layers(client: docker.DockerClient, image_id: str,
+            into: Path) -> tuple[dict[str, object], list[tuple[Path, str]]]:
+    """The saved image's config and its layer tars, each spooled to a file under `into`, with the diffID
+    the read gave it, bottom first."""
     files: dict[str, Path] = {}
 
     def spool(name: str, raw: IO[bytes]) -> None:
         path = into / f"spool-{len(files)}.tar"
         with path.open("wb") as f:
-            while block := raw.read(1 << 20):
-                f.write(block)
+            shutil.copyfileobj(raw, f, _BLOCK)
         files[name] = path
 
     image = saved.read(client, image_id, 0, layer_sink=spool)
     # `docker save` writes a layer equal to an earlier one once, and links the other name to it
     by_diff = {image.diff_ids[p]: f for p, f in files.items()}
-    return image.config, [files.get(p) or by_diff[image.diff_ids[p]] for p in image.layers]
+    return image.config, [(files.get(p) or by_diff[image.diff_ids[p]], image.diff_ids[p]) for p in image.layers]
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int) -> Normalised:
@@ -271,14 +274,14 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int) 
         carry = containerd_store(client.info())
         with (Path(tmp) / "archive.tar").open("w+b") as f:
             archive = _Archive(f)
-            for i, path in enumerate(layers):
+            for i, (path, saved_id) in enumerate(layers):
                 name = f"{i}/layer.tar"
                 with path.open("rb") as src:
                     if i < keep:
-                        diff_id, changes = _read_kept(src)
+                        diff_id, changes = saved_id, _entries(src)
                         if carry:
                             src.seek(0)
-                            archive.stream(name, lambda out, s=src: _copy(s, out))  # type: ignore[misc]
+                            archive.stream(name, lambda out, s=src: shutil.copyfileobj(s, out, _BLOCK))  # type: ignore[misc]
                     else:
                         diff_id, changes = archive.stream(name, lambda out, s=src: rewrite(s, view, out))  # type: ignore[misc]
                 apply(view, changes)
@@ -307,22 +310,12 @@ def _step(created_by: str) -> str:
     return "RUN " + created_by.split(" -c ", 1)[-1].strip()[:96]
 
 
-def _read_kept(src: BinaryIO) -> tuple[str, dict[str, Key]]:
-    """A layer kept as it is: its diffID, and its entries for the view above it."""
-    h = hashlib.sha256()
-    while block := src.read(1 << 20):
-        h.update(block)
-    src.seek(0)
+def _entries(src: BinaryIO) -> dict[str, Key]:
+    """A layer kept as it is: its entries, for the view above it (its diffID the save's read gave)."""
     with tarfile.open(fileobj=src, mode="r:") as tar:
-        keys = {_name(m): _key(tar, m) for m in tar.getmembers() if _name(m) != "."}
-    return "sha256:" + h.hexdigest(), keys
-
-
-def _copy(src: BinaryIO, out: BinaryIO) -> None:
-    while block := src.read(1 << 20):
-        out.write(block)
+        return {_name(m): _key(tar, m) for m in tar.getmembers() if _name(m) != "."}
 
 
 def _chunks(f: BinaryIO) -> Iterator[bytes]:
-    while block := f.read(1 << 20):
+    while block := f.read(_BLOCK):
         yield block
