@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,6 +15,11 @@ from ..matrix.select import Filters, select, select_cells
 from ..matrix.variant import Variant
 from ..plan import render
 from ..plan.project import Project
+
+if TYPE_CHECKING:
+    import docker
+
+    from ..engine import build as b
 
 # The engine-side modules (docker-py and what uses it), rich and jinja2 are imported inside the commands
 # that need them: an unchanged `build` answers in about a second, start-up included.
@@ -279,6 +284,8 @@ def build_cmd(
     except KeyboardInterrupt as exc:
         typer.echo(f"imgbuild: interrupted: {_cancelled(exc)} and their containers removed", err=True)
         raise typer.Exit(130) from None
+    if record_digests:
+        _record_push_layouts(client, res, Project.for_matrix(path), results)
     build_view.summary(results)
     if json_file:
         import json
@@ -289,6 +296,30 @@ def build_cmd(
         raise typer.Exit(1)
     if test:
         _run_tests([res.variant(r.variant).primary_ref for r in results], "auto", False, None, None)
+
+
+def _record_push_layouts(client: docker.DockerClient, res: m.Resolution, project: Project,
+                         results: list[b.BuildResult]) -> None:
+    """Add to each recorded image's digests what `imgbuild push` will publish of it: the layout written as a
+    push writes it, in a temporary directory, and only its digests kept."""
+    import dataclasses
+    import tempfile
+    import zlib
+
+    from ..plan import expected
+    from ..publish import layout
+
+    for r in results:
+        v = res.variant(r.variant)
+        got = expected.read(project, v) if r.digests == "recorded" else None
+        if got is None or r.image_id is None:
+            continue
+        with tempfile.TemporaryDirectory(prefix="imgbuild-record-") as tmp:
+            packed = layout.write(client, r.image_id, Path(tmp) / "oci")
+        expected.write(project, v, dataclasses.replace(got, packing=layout.VERSION, manifest=packed.manifest,
+                                                       blobs=tuple(b.digest for b in packed.layers)))
+        typer.echo(f"{v.name}: push will publish manifest {packed.manifest} (zlib {zlib.ZLIB_RUNTIME_VERSION})",
+                   err=True)
 
 
 @app.command("verify-repro")
@@ -394,9 +425,12 @@ def push_cmd(
     import json
 
     from ..engine import client as engine
+    from ..plan import expected
     from ..publish import push
 
-    res = m.load(m.matrix_path(matrix))
+    path = m.matrix_path(matrix)
+    res = m.load(path)
+    project = Project.for_matrix(path)
     variants = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
     target = registry if registry is not None else res.facts.image.registry
     if not target:
@@ -408,7 +442,8 @@ def push_cmd(
     published, failed = [], 0
     for v in variants:
         try:
-            result = push.publish(client, v, target, auth, force, lambda text: typer.echo(text, err=True))
+            result = push.publish(client, v, target, auth, force, expected.read(project, v),
+                                  lambda text: typer.echo(text, err=True))
         except (push.PushError, UserError) as exc:
             typer.echo(f"imgbuild: error: {exc}", err=True)
             failed += 1
@@ -416,9 +451,12 @@ def push_cmd(
         published.append(result)
         for ref in result.refs:
             typer.echo(f"pushed {ref}@{result.digest}")
+        if result.expected == "matches":
+            typer.echo(f"{v.name}: the manifest is the committed one ({expected.path(project, v)})")
     if json_file:
         json_file.write_text(json.dumps([{"variant": p.variant, "image_id": p.image_id, "digest": p.digest,
-                                          "tags": list(p.refs)} for p in published], indent=2) + "\n")
+                                          "tags": list(p.refs), "expected": p.expected} for p in published],
+                                        indent=2) + "\n")
     if failed:
         raise typer.Exit(1)
 

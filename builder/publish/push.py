@@ -1,27 +1,36 @@
 """`imgbuild push`: publish each selected image under all its tags and aliases, and prove what landed.
 
-docker-py does not raise on errors inside the push stream, so every chunk is read: an `error` chunk fails
-the push. Connection failures (a registry restarting, a proxy hiccup) are retried with backoff; an auth
-failure is never retried (it will not get better, and repeated bad logins can lock an account). The digest
-each tag got is read back from the registry and must equal the one the push reported.
+The engine's own push is not used: it compresses each layer with the engine's gzip, so one image pushed
+from two engines got two manifest digests. The image is read once from the engine and written as an OCI
+layout whose every byte imgbuild decides (publish/layout), and skopeo, a real registry client, copies it to
+each tag unchanged. So the manifest digest is known before anything is sent, and, for a canonical image, is
+checked against the one committed next to its lock first. Connection failures (a registry restarting, a
+proxy hiccup) are retried with backoff; an auth failure is never retried (it will not get better, and
+repeated bad logins can lock an account). The digest each tag has is read back from the registry.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
+import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import docker
-import docker.errors
 
 from ..checks import records
 from ..engine import client as engine
 from ..errors import UserError
 from ..matrix.variant import Variant
+from ..plan import expected
 from ..plan.context import HASH_LABEL, hash_ref
+from . import layout, registry
 
 RETRIES = 3  # after the first attempt: four in all
 BACKOFF_S = (1.0, 2.0, 4.0)
@@ -30,9 +39,6 @@ _READ_ONLY = re.compile(r"\b405\b|method not allowed|unsupported", re.I)
 # An HTTP 50x status, never the same digits inside a digest or a blob ID.
 _TRANSIENT = re.compile(r"connection refused|connection reset|broken pipe|\bEOF\b|timeout|timed out|"
                         r"(?<![0-9a-f])50[0234](?![0-9a-f])|temporar|unreachable|no route to host", re.I)
-
-
-_DIGEST_STATUS = re.compile(r"\bdigest: (sha256:[0-9a-f]{64}) size: \d+")
 
 
 class PushError(Exception):
@@ -47,6 +53,7 @@ class Published:
     image_id: str
     refs: tuple[str, ...]
     digest: str
+    expected: str = "none"  # the manifest against the committed one: matches | none
 
 
 def target_refs(v: Variant, registry: str) -> tuple[str, ...]:
@@ -55,39 +62,14 @@ def target_refs(v: Variant, registry: str) -> tuple[str, ...]:
     return tuple(f"{registry.rstrip('/')}/{name}:{tag}" for tag in (*v.tags, *v.aliases))
 
 
-def _push_once(client: docker.DockerClient, ref: str, auth: dict[str, str] | None,
-               progress: Callable[[str], None]) -> str:
-    """One push of one tag; returns the digest the registry gave it. Raises PushError on a stream error."""
-    repository, tag = ref.rsplit(":", 1)
-    digest = None
-    try:
-        stream = client.api.push(repository, tag=tag, stream=True, decode=True, auth_config=auth)
-        for chunk in stream:
-            if "error" in chunk or "errorDetail" in chunk:
-                detail = chunk.get("errorDetail") or {}
-                raise PushError(str(detail.get("message") or chunk.get("error")).strip(), 1)
-            if isinstance(chunk.get("aux"), dict) and "Digest" in chunk["aux"]:
-                digest = str(chunk["aux"]["Digest"])
-            elif m := _DIGEST_STATUS.search(str(chunk.get("status", ""))):
-                digest = digest or m[1]  # the containerd image store says it only in words: "TAG: digest: ..."
-            elif "id" in chunk and chunk.get("status") in ("Pushing", "Pushed", "Layer already exists"):
-                progress(f"{chunk['id']}: {chunk['status']} {chunk.get('progress', '')}".rstrip())
-    except docker.errors.APIError as exc:
-        raise PushError(str(exc.explanation or exc).strip(), 1) from None
-    except OSError as exc:  # the engine's connection itself broke
-        raise PushError(str(exc), 1) from None
-    if digest is None:
-        raise PushError("the push stream ended without a digest", 1)
-    return digest
-
-
-def push_ref(client: docker.DockerClient, ref: str, auth: dict[str, str] | None,
-             say: Callable[[str], None], sleep: Callable[[float], None] = time.sleep) -> str:
-    """Push one tag, retrying connection failures; returns its digest."""
+def push_ref(oci: Path, ref: str, authfile: Path | None, say: Callable[[str], None],
+             sleep: Callable[[float], None] = time.sleep) -> None:
+    """Copy the layout to one tag, retrying connection failures."""
     for attempt in range(1, RETRIES + 2):
         try:
-            return _push_once(client, ref, auth, say)
-        except PushError as exc:
+            registry.publish_layout(oci, ref, authfile, say)
+            return
+        except registry.RegistryError as exc:
             message = str(exc)
             if _AUTH.search(message):
                 raise PushError(f"{ref}: authentication failed: {message} (not retried: check the "
@@ -100,16 +82,18 @@ def push_ref(client: docker.DockerClient, ref: str, auth: dict[str, str] | None,
             wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
             say(f"attempt {attempt}/{RETRIES + 1} failed: {message}; retrying in {wait:.0f}s")
             sleep(wait)
-    raise AssertionError("unreachable")
 
 
-def read_back(client: docker.DockerClient, ref: str, auth: dict[str, str] | None) -> str:
-    """The digest the registry serves for `ref` now (its manifest, read through the engine)."""
-    try:
-        return str(client.images.get_registry_data(ref, auth_config=auth).id)
-    except docker.errors.APIError as exc:
-        raise PushError(f"{ref}: pushed, but its manifest cannot be read back: "
-                        f"{exc.explanation or exc}", 1) from None
+def _authfile(directory: Path, refs: tuple[str, ...], auth: dict[str, str] | None) -> Path | None:
+    """The credentials as a registry auth file skopeo reads (mode 0600, in the push's private temporary
+    directory, removed with it), never on a command line; None: skopeo reads the Docker config itself."""
+    if auth is None:
+        return None
+    token = base64.b64encode(f"{auth['username']}:{auth['password']}".encode()).decode()
+    path = directory / "auth.json"
+    path.touch(mode=0o600)
+    path.write_text(json.dumps({"auths": {ref.split("/", 1)[0]: {"auth": token} for ref in refs}}))
+    return path
 
 
 def credentials(password: str | None) -> dict[str, str] | None:
@@ -123,8 +107,8 @@ def credentials(password: str | None) -> dict[str, str] | None:
     return {"username": user, "password": password} if user and password is not None else None
 
 
-def publish(client: docker.DockerClient, v: Variant, registry: str, auth: dict[str, str] | None, force: bool,
-            say: Callable[[str], None]) -> Published:
+def publish(client: docker.DockerClient, v: Variant, registry_ns: str, auth: dict[str, str] | None, force: bool,
+            committed: expected.Digests | None, say: Callable[[str], None]) -> Published:
     image = engine.image_or_none(client, v.primary_ref)
     if image is None:
         raise UserError(f"{v.name}: no image {v.primary_ref} here; build it first (`imgbuild build`)")
@@ -135,20 +119,31 @@ def publish(client: docker.DockerClient, v: Variant, registry: str, auth: dict[s
         raise UserError(f"{v.name}: not pushed: the smoke tests {why} for image {image_id[:19]}; run "
                         f"`imgbuild test --variant {v.name}`, or pass --force")
     build_hash = (image.attrs.get("Config", {}).get("Labels") or {}).get(HASH_LABEL)
-    refs = target_refs(v, registry) + ((hash_ref(v, registry, build_hash),) if build_hash else ())
-    digests = {}
-    for ref in refs:
-        repository, tag = ref.rsplit(":", 1)
-        client.api.tag(image_id, repository, tag, force=True)
-        digests[ref] = push_ref(client, ref, auth, _prefixed(say, ref))
-    if len(set(digests.values())) != 1:
-        raise PushError(f"{v.name}: its tags got different digests: {digests}", 1)
-    digest = next(iter(digests.values()))
-    for ref in refs:
-        served = read_back(client, ref, auth)
-        if served != digest:
-            raise PushError(f"{ref}: the registry serves {served}, not the pushed {digest}", 1)
-    return Published(v.name, image_id, refs, digest)
+    refs = target_refs(v, registry_ns) + ((hash_ref(v, registry_ns, build_hash),) if build_hash else ())
+    with tempfile.TemporaryDirectory(prefix="imgbuild-push-") as tmp:
+        say(f"{v.name}: writing the layout to publish (every layer compressed here)")
+        packed = layout.write(client, image_id, Path(tmp) / "oci")
+        state = check(committed, packed, v.name)
+        authfile = _authfile(Path(tmp), refs, auth)
+        for ref in refs:
+            push_ref(packed.path, ref, authfile, _prefixed(say, ref))
+        for ref in refs:
+            served = registry.digest(ref, authfile)
+            if served != packed.manifest:
+                raise PushError(f"{ref}: the registry serves {served}, not the pushed {packed.manifest}", 1)
+    return Published(v.name, image_id, refs, packed.manifest, state)
+
+
+def check(committed: expected.Digests | None, packed: layout.Layout, name: str) -> str:
+    """The layout against the digests committed next to the lock, before anything is sent: "matches", or
+    "none" where nothing was committed for these image bytes; a difference is an error."""
+    if committed is None or not committed.manifest or committed.config != packed.config.digest:
+        return "none"
+    problem = expected.blob_difference(committed, layout.VERSION, packed.manifest,
+                                       tuple(b.digest for b in packed.layers), zlib.ZLIB_RUNTIME_VERSION)
+    if problem:
+        raise PushError(f"{name}: not pushed: the image is the committed one, its push layout is not: {problem}", 1)
+    return "matches"
 
 
 def _prefixed(say: Callable[[str], None], ref: str) -> Callable[[str], None]:

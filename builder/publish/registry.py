@@ -14,6 +14,9 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
@@ -43,9 +46,14 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([_skopeo(), *args], capture_output=True, timeout=TIMEOUT_S, check=False)
 
 
-def raw_manifest(ref: str) -> bytes | None:
+def _auth(flag: str, authfile: Path | None) -> list[str]:
+    return [flag, str(authfile)] if authfile else []
+
+
+def raw_manifest(ref: str, authfile: Path | None = None) -> bytes | None:
     """The manifest `ref` (REPOSITORY:TAG or REPOSITORY@DIGEST) names, as served; None when there is none."""
-    result = _run(["inspect", "--raw", "--retry-times", "2", *_tls(ref, "--tls-verify"), f"docker://{ref}"])
+    result = _run(["inspect", "--raw", "--retry-times", "2", *_auth("--authfile", authfile),
+                   *_tls(ref, "--tls-verify"), f"docker://{ref}"])
     if result.returncode == 0:
         return result.stdout
     error = result.stderr.decode(errors="replace").strip()
@@ -58,9 +66,9 @@ def digest_of(raw: bytes) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def digest(ref: str) -> str | None:
+def digest(ref: str, authfile: Path | None = None) -> str | None:
     """The digest of the manifest `ref` names now, read registry-side; None when there is none."""
-    raw = raw_manifest(ref)
+    raw = raw_manifest(ref, authfile)
     return None if raw is None else digest_of(raw)
 
 
@@ -92,3 +100,27 @@ def copy(source: str, destination: str) -> None:
     if result.returncode != 0:
         error = result.stderr.decode(errors="replace").strip()
         raise RegistryError(f"copy {source} -> {destination}: {error.splitlines()[-1] if error else 'failed'}")
+
+
+def publish_layout(layout: Path, destination: str, authfile: Path | None, progress: Callable[[str], None]) -> None:
+    """Copy the OCI layout at `layout` to `destination` (a tag), every blob and the manifest as they are;
+    skopeo's lines are handed to `progress` as they come. No retries here: the caller decides which
+    failures are worth another attempt."""
+    with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: nothing blocks while stdout is read
+        proc = subprocess.Popen([_skopeo(), "copy", "--preserve-digests", *_auth("--dest-authfile", authfile),
+                                 *_tls(destination, "--dest-tls-verify"), f"oci:{layout}",
+                                 f"docker://{destination}"],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True, errors="replace")
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                progress(line.rstrip())
+            proc.wait(timeout=TIMEOUT_S)
+        finally:
+            if proc.poll() is None:  # interrupted: no copy left running behind us
+                proc.kill()
+                proc.wait()
+        stderr.seek(0)
+        error = stderr.read().decode(errors="replace").strip()
+    if proc.returncode != 0:
+        raise RegistryError(error.splitlines()[-1] if error else f"skopeo copy exited {proc.returncode}")

@@ -62,9 +62,9 @@ def test_push_publishes_every_tag_on_one_digest_and_reads_it_back(client: docker
         digest = digests.pop()
         published = json.loads((tmp_path / "published.json").read_text())
         assert published == [{"variant": SMALL_VARIANT, "image_id": image_id, "digest": digest,
-                              "tags": [f"{host}/ml/{NAME}:{tag}" for tag in (*TAGS, build_tag)]}]
-        for tag in (*TAGS, build_tag):
-            client.images.remove(f"{host}/ml/{NAME}:{tag}")
+                              "tags": [f"{host}/ml/{NAME}:{tag}" for tag in (*TAGS, build_tag)],
+                              "expected": "none"}]  # not a canonical image with committed digests
+        assert not any(tag.startswith(host) for tag in client.images.get(image_id).tags), "no registry tags left here"
         pulled = client.images.pull(f"{host}/ml/{NAME}@{digest}")
         assert pulled.id == image_id, "the same config, so the same image ID"
         assert pulled.labels == client.images.get(image_id).labels
@@ -112,10 +112,10 @@ def test_a_registry_that_goes_away_mid_push_fails_after_the_retries(small_image:
         lines = []
         for line in proc.stderr:
             lines.append(line)
-            if ": Pushing " in line:
+            if ": Copying blob " in line:
                 break
         # Leaving the context manager kills the registry while the layers are going up.
-    err = "".join(lines) + proc.stderr.read()  # the engine retries a broken layer upload itself first
+    err = "".join(lines) + proc.stderr.read()
     proc.wait(timeout=600)
     assert proc.returncode == 1, err
     assert len(re.findall(r"attempt \d/4 failed: .*; retrying in \d+s", err)) == 3, err
