@@ -129,4 +129,4 @@ def test_push_round_trip_prune_and_a_registry_hit(inner: InnerEngine, tmp_path: 
                        str(tmp_path / "again.json"))
         assert code == 0, out[-3000:]
         again = json.loads((tmp_path / "again.json").read_text())[0]
-        assert again["status"] == "pulled", again
+        assert again["status"] == "pulled", (again, out[-2000:])
