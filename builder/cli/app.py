@@ -478,7 +478,8 @@ def lookup_cmd(
     """Is an image of these build inputs staged, and already published? Registry-side: nothing is pulled."""
     from ..engine import build as b
     from ..engine import client as engine
-    from ..publish import promote, registry
+    from ..host import registry
+    from ..publish import promote
 
     path = m.matrix_path(matrix)
     res = m.load(path)
@@ -510,7 +511,8 @@ def promote_cmd(
     json_file: Annotated[Path | None, typer.Option("--json", help="write the public tags and their digest")] = None,
 ) -> None:
     """Copy the tested staged digest to the variant's public tags as it is (skopeo --preserve-digests)."""
-    from ..publish import promote, registry
+    from ..host import registry
+    from ..publish import promote
 
     if not patterns.matches(patterns.REGISTRY, registry_):
         raise UserError(f"--registry {registry_!r}: expected HOST[:PORT][/NAMESPACE]")

@@ -4,6 +4,8 @@ its tags only once it succeeded."""
 
 from __future__ import annotations
 
+import json
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +18,7 @@ import docker.errors
 from .. import patterns
 from ..errors import UserError
 from ..host import debs as host_debs
-from ..host import state, wheel_server, wheels
+from ..host import registry, state, wheel_server, wheels
 from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
@@ -183,29 +185,42 @@ def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, pro
     return fetched
 
 
-def pull_built(client: docker.DockerClient, v: Variant, registry: str, digest: str, epoch: int,
-               rep: Reporter) -> str | None:
-    """The image with these build inputs from `registry` (pushed under its build-hash tag), pulled; None when
-    the registry does not have it. A pulled image must carry the same build hash, normalised."""
-    ref = hash_ref(v, registry, digest)
-    repository, tag = ref.rsplit(":", 1)
+def pull_built(client: docker.DockerClient, v: Variant, registry_ns: str, digest: str, epoch: int,
+               committed: str | None, rep: Reporter) -> str | None:
+    """The image with these build inputs from `registry_ns` (pushed under its build-hash tag), loaded; None
+    when the registry does not have it. Its config is read first, so an image of other build inputs, one not
+    normalised, or one whose config is not the one committed next to its lock is never downloaded; skopeo
+    fetches the blobs (digests checked) and `docker load` hands the engine the image a local build would."""
+    ref = hash_ref(v, registry_ns, digest)
     rep.begin(v.name, f"looking for {ref}")
     try:
-        for chunk in client.api.pull(repository, tag=tag, stream=True, decode=True):
-            if "error" in chunk:
-                raise docker.errors.APIError(str(chunk["error"]))
-    except docker.errors.APIError as exc:  # not there, or the registry did not answer: build it
-        rep.say(v.name, f"not pulled ({str(exc.explanation or exc).splitlines()[0][:120]}); building")
+        raw = registry.raw_config(ref)
+    except (registry.RegistryError, UserError) as exc:  # no skopeo, or the registry did not answer: build it
+        rep.say(v.name, f"not pulled ({str(exc).splitlines()[0][:160]}); building")
         return None
-    image = engine.image_or_none(client, ref)
-    if image is None:
+    if raw is None:
+        rep.say(v.name, f"not in {registry_ns}; building")
         return None
-    labels = image.attrs.get("Config", {}).get("Labels") or {}
-    if labels.get(HASH_LABEL) != digest or not normalise.is_normalised(image.attrs, epoch):
-        client.api.remove_image(ref)
-        rep.say(v.name, f"{ref} carries other build inputs; building instead")
+    config = json.loads(raw)
+    labels = (config.get("config") or {}).get("Labels") or {}
+    if labels.get(HASH_LABEL) != digest or not normalise.is_normalised({"Created": config.get("created")}, epoch):
+        rep.say(v.name, f"{ref} carries other build inputs (build hash {labels.get(HASH_LABEL)}, created "
+                        f"{config.get('created')}); building instead")
         return None
-    return str(image.id)
+    if committed is not None and registry.digest_of(raw) != committed:
+        rep.say(v.name, f"{ref} has config {registry.digest_of(raw)[:19]}, not the committed {committed[:19]} "
+                        f"(pushed from a build that was not canonical?); building instead")
+        return None
+    rep.begin(v.name, f"pulling {ref}")
+    with tempfile.TemporaryDirectory(prefix="imgbuild-pull-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        try:
+            registry.fetch_archive(ref, archive)
+        except registry.RegistryError as exc:
+            rep.say(v.name, f"not pulled ({str(exc).splitlines()[0][:160]}); building")
+            return None
+        with archive.open("rb") as f:
+            return normalise.load_archive(client, f, raw)
 
 
 def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
@@ -221,11 +236,11 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
         return BuildResult(v.name, "up-to-date", time.monotonic() - start, existing, v.refs(),
                            client.images.get(existing).attrs.get("Size"))
     if opts.registry and not (opts.force or opts.no_cache):
-        pulled = pull_built(client, v, opts.registry, digest, v.source_date_epoch, rep)
+        want = expected.read(project, v)
+        pulled = pull_built(client, v, opts.registry, digest, v.source_date_epoch, want.config if want else None,
+                            rep)
         if pulled:
             tag_all(client, pulled, v)
-            # The variant's own tags hold it now; the build-hash tag is for registries, not for `docker images`.
-            client.api.remove_image(hash_ref(v, opts.registry, digest), noprune=True)
             state.record_built(digest, pulled)
             rep.say(v.name, f"pulled {pulled[:19]} from {opts.registry}: same build inputs")
             return BuildResult(v.name, "pulled", time.monotonic() - start, pulled, v.refs(),

@@ -17,10 +17,10 @@ from typing import Any
 from .. import patterns
 from ..engine.canonical import Base
 from ..errors import UserError
+from ..host import registry
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
 from ..plan.context import hash_ref
-from . import registry
 from .push import target_refs
 
 

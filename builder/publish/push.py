@@ -27,10 +27,11 @@ import docker
 from ..checks import records
 from ..engine import client as engine
 from ..errors import UserError
+from ..host import registry
 from ..matrix.variant import Variant
 from ..plan import expected
 from ..plan.context import HASH_LABEL, hash_ref
-from . import layout, registry
+from . import layout
 
 RETRIES = 3  # after the first attempt: four in all
 BACKOFF_S = (1.0, 2.0, 4.0)

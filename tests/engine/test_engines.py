@@ -105,6 +105,13 @@ def test_saved_images_read_back_and_a_difference_is_named_by_file(inner: InnerEn
     assert any(line.startswith("/etc/imgbuild-build-time: only in the second build") for line in named), named
 
 
+def what(client: docker.DockerClient, image_id: str) -> tuple[object, ...]:
+    """An image's config and layers, whatever ID the store gives it (containerd's depends on how its layers
+    came: a build's compressed blobs, or a load's uncompressed ones)."""
+    attrs = client.images.get(image_id).attrs
+    return attrs["Config"], attrs["RootFS"]["Layers"], attrs["Created"], attrs["Architecture"]
+
+
 def test_push_round_trip_prune_and_a_registry_hit(inner: InnerEngine, tmp_path: Path) -> None:
     """push from this engine (every tag on one digest, read back), prune, then a build that finds the image in
     the registry under its build hash pulls it instead of building."""
@@ -121,6 +128,7 @@ def test_push_round_trip_prune_and_a_registry_hit(inner: InnerEngine, tmp_path: 
         client: docker.DockerClient = inner.client()
         for ref in pushed["tags"]:  # what the registry serves for each tag, asked through this engine
             assert client.images.get_registry_data(ref).id == pushed["digest"], ref
+        made = what(client, built["image_id"])
         code, out = on(inner, "prune")
         assert code == 0, out
         with pytest.raises(docker.errors.ImageNotFound):
@@ -129,4 +137,6 @@ def test_push_round_trip_prune_and_a_registry_hit(inner: InnerEngine, tmp_path: 
                        str(tmp_path / "again.json"))
         assert code == 0, out[-3000:]
         again = json.loads((tmp_path / "again.json").read_text())[0]
-        assert again["status"] == "pulled", (again, out[-2000:])
+        assert again["status"] == "pulled", (again, [line for line in out.splitlines()
+                                                     if "looking" in line or "pull" in line or "carries" in line])
+        assert what(client, again["image_id"]) == made, "the image this engine built: its config and its layers"

@@ -137,8 +137,9 @@ def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: dock
                                                                     small_image: tuple[Path, str],
                                                                     tmp_path: Path) -> None:
     """Last in this module, as it removes the image the others push. A fresh runner: the image is not here,
-    the registry has it under its build hash; the build pulls it (the same image ID) instead of building, and
-    a registry without it means a real build."""
+    the registry has it under its build hash; the build pulls it (the same image ID) instead of building. A
+    registry image whose config is not the committed one is not taken, and a registry without it means a real
+    build."""
     matrix, image_id = small_image
     with registry(tmp_path) as host:
         empty = f"{host}/empty"
@@ -154,9 +155,21 @@ def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: dock
         image = client.images.get(f"{NAME}:{TAGS[1]}")
         assert image.id == image_id, "the pushed image itself"
         assert sorted(image.tags) == sorted(f"{NAME}:{tag}" for tag in TAGS), "no build-hash tag left here"
-        rebuilt = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", empty,
-                           "--force", "--json", str(tmp_path / "built.json"), "--log-dir", str(tmp_path / "logs"),
-                           timeout=1200)
+        # Digests committed next to the lock for other bytes: the registry's image is not taken, a build runs
+        committed = matrix.parent / "locks" / f"{SMALL_VARIANT}.digests.json"
+        committed.write_text(json.dumps({"shaping": "other", "config": "sha256:" + "0" * 64, "layers": []}))
+        client.images.remove(image_id, force=True)
+        rebuilt = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                           "--json", str(tmp_path / "built.json"), "--log-dir", str(tmp_path / "logs"), timeout=1200)
+        committed.unlink()
         assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+        assert "not the committed sha256:000000000000 (pushed from a build that was not canonical?)" in \
+            rebuilt.stdout + rebuilt.stderr
         assert json.loads((tmp_path / "built.json").read_text())[0]["status"] == "built"
         assert client.images.get(f"{NAME}:{TAGS[1]}").id == image_id, "and a real build gives the same image"
+        client.images.remove(image_id, force=True)
+        missing = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", empty,
+                           "--json", str(tmp_path / "missing.json"), timeout=1200)
+        assert missing.returncode == 0, missing.stderr[-3000:]
+        assert f"not in {empty}; building" in missing.stdout + missing.stderr
+        assert json.loads((tmp_path / "missing.json").read_text())[0]["status"] == "built"

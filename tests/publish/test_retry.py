@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from builder.host.registry import RegistryError
 from builder.publish import push as push_module
 from builder.publish.push import PushError, push_ref
-from builder.publish.registry import RegistryError
 
 DIGEST_WITH_503 = "sha256:" + "0" * 20 + "503" + "f" * 41
 

@@ -81,15 +81,37 @@ def config_of(raw: bytes, ref: str) -> str:
     return config
 
 
-def config(ref: str) -> dict[str, Any]:
-    """The image config `ref` names, read registry-side."""
+def raw_config(ref: str) -> bytes | None:
+    """The image config blob `ref` names, as served; None when there is no such manifest."""
     result = _run(["inspect", "--config", "--raw", "--retry-times", "2", *_tls(ref, "--tls-verify"),
                    f"docker://{ref}"])
+    if result.returncode == 0:
+        return result.stdout
+    error = result.stderr.decode(errors="replace").strip()
+    if _MISSING.search(error):
+        return None
+    raise RegistryError(f"{ref}: {error.splitlines()[-1] if error else 'skopeo inspect --config failed'}")
+
+
+def config(ref: str) -> dict[str, Any]:
+    """The image config `ref` names, read registry-side."""
+    raw = raw_config(ref)
+    if raw is None:
+        raise RegistryError(f"{ref}: no such manifest in the registry")
+    found: dict[str, Any] = json.loads(raw)
+    return found
+
+
+def fetch_archive(ref: str, archive: Path) -> None:
+    """Write the image `ref` names as a `docker load` archive at `archive`: every blob checked against the
+    manifest's digests, layers uncompressed, no tag. Loading it gives the engine the same image a local build
+    loads; the engine's own pull would not on the containerd store, where an image whose base layer the
+    engine holds only uncompressed (loaded, never pulled) has no content for that blob and inspects empty."""
+    result = _run(["copy", "--retry-times", "2", *_tls(ref, "--src-tls-verify"), f"docker://{ref}",
+                   f"docker-archive:{archive}"])
     if result.returncode != 0:
         error = result.stderr.decode(errors="replace").strip()
-        raise RegistryError(f"{ref}: {error.splitlines()[-1] if error else 'skopeo inspect --config failed'}")
-    found: dict[str, Any] = json.loads(result.stdout)
-    return found
+        raise RegistryError(f"{ref}: {error.splitlines()[-1] if error else 'skopeo copy failed'}")
 
 
 def copy(source: str, destination: str) -> None:
