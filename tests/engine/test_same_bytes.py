@@ -1,6 +1,7 @@
 """One variant, the same bytes from every engine of the test bed: `imgbuild build --canonical` on the host
 engine (Docker 20.10, overlay2) and on Docker 28.5 with overlay2 and with the containerd image store gives
-one config digest and one list of diffIDs. The small variant takes every kind of step a torch image takes
+one config digest and one list of diffIDs, and `imgbuild push` of it from each gives one manifest digest in
+the registry. The small variant takes every kind of step a torch image takes
 (the OS step, a wheel step, the rootfs COPY); the torch image's figures are in the README."""
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ from builder.engine import saved
 
 from ..conftest import imgbuild
 from ..engines import inner_engine
-from ..helpers import SMALL_VARIANT, small_project
+from ..helpers import SMALL_VARIANT, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 NAME = "imgbuild-test-same-bytes"
 EPOCH = 1735689600
 
 
-def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str],
-           client: docker.DockerClient) -> tuple[str, list[str]]:
-    """Build --canonical on one engine: the config's digest and the diffIDs, as `docker save` gives them."""
+def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str], client: docker.DockerClient,
+           registry_ns: str) -> tuple[str, list[str], str]:
+    """Build --canonical on one engine and push it: the config's digest and the diffIDs, as `docker save`
+    gives them, and the manifest digest the registry serves."""
     for args in (("base", "bootstrap", "debian12"),
                  ("build", "--canonical", "--force", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
                   "--json", str(tmp_path / f"{label}.json"))):
@@ -38,16 +40,23 @@ def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str],
     out = client.containers.run(built["image_id"], ["python", "-c", "import six, packaging; print('ok')"],
                                 remove=True, network_mode="none")
     assert out.decode().strip() == "ok"
-    return "sha256:" + hashlib.sha256(image.config_bytes).hexdigest(), [image.diff_ids[p] for p in image.layers]
+    result = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", registry_ns,
+                      "--force", "--json", str(tmp_path / f"{label}-pushed.json"), env=env, timeout=1800)
+    assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
+    pushed = json.loads((tmp_path / f"{label}-pushed.json").read_text())[0]
+    return ("sha256:" + hashlib.sha256(image.config_bytes).hexdigest(), [image.diff_ids[p] for p in image.layers],
+            pushed["digest"])
 
 
 def test_canonical_build_gives_the_same_bytes_on_every_engine(tmp_path: Path) -> None:
     matrix = small_project(tmp_path / "project", NAME)
     host = engine.connect()
-    found = {"20.10 overlay2": _build(tmp_path, matrix, "host", {}, host)}
-    for store in ("overlay2", "containerd"):
-        with inner_engine(host, store) as inner:
-            found[f"28.5 {store}"] = _build(tmp_path, matrix, store, {"DOCKER_HOST": inner.host}, inner.client())
+    with registry(tmp_path) as reg:  # one registry, a namespace per engine: each push writes every blob
+        found = {"20.10 overlay2": _build(tmp_path, matrix, "host", {}, host, f"{reg}/host")}
+        for store in ("overlay2", "containerd"):
+            with inner_engine(host, store) as inner:
+                found[f"28.5 {store}"] = _build(tmp_path, matrix, store, {"DOCKER_HOST": inner.host},
+                                                inner.client(), f"{reg}/{store}")
     print(json.dumps(found, indent=1))
     assert len(set(map(json.dumps, found.values()))) == 1, found
     # The base, then the three layers imgbuild wrote: the OS step, the wheel step, the rootfs COPY.
