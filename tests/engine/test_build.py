@@ -28,7 +28,7 @@ from builder.host.base import plan as base_plan
 from builder.matrix.resolve import load
 
 from ..conftest import MATRIX, ROOT, imgbuild
-from ..helpers import image_holds, make_test_ca, project_copy, small_project
+from ..helpers import image_holds, make_test_ca, project_copy, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 
@@ -176,7 +176,8 @@ def test_every_layer_holds_only_what_its_step_writes(client: docker.DockerClient
 def test_the_default_image_written_canonically_matches_its_committed_digests(client: docker.DockerClient,
                                                                             torch_image: str, tmp_path: Path) -> None:
     """`imgbuild build --canonical` gives here what locks/<default>.digests.json holds, as it gave on Docker
-    28.5 with overlay2 and with the containerd store: a change of bytes anywhere fails CI, naming its layer."""
+    28.5 with overlay2 and with the containerd store: a change of bytes anywhere fails CI, naming its layer; and
+    `imgbuild push` of it publishes the committed manifest digest."""
     # --force: an image of these inputs left by an earlier run would be "up-to-date", and not checked
     result = imgbuild("build", "--canonical", "--bootstrap-base", "--force", "--log-dir", str(tmp_path), "--json",
                       str(tmp_path / "r.json"), timeout=BUILD_TIMEOUT_S)
@@ -184,6 +185,14 @@ def test_the_default_image_written_canonically_matches_its_committed_digests(cli
     row = json.loads((tmp_path / "r.json").read_text())[0]
     assert (row["status"], row["digests"]) == ("built", "matches"), row
     assert "2.7.1+cu126" in run(client, row["image_id"], ["python", "-c", "import torch; print(torch.__version__)"])
+    # And push publishes the committed manifest: it checks its layout against the lock's before sending.
+    committed = json.loads((ROOT / "locks" / "2.7.1-cu126-debian12-runtime.digests.json").read_text())
+    with registry(tmp_path) as host:
+        result = imgbuild("push", "--variant", "2.7.1-cu126-debian12-runtime", "--registry", f"{host}/ml", "--force",
+                          "--json", str(tmp_path / "pushed.json"), timeout=BUILD_TIMEOUT_S)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    pushed = json.loads((tmp_path / "pushed.json").read_text())[0]
+    assert (pushed["expected"], pushed["digest"]) == ("matches", committed["manifest"]), pushed
     # The other tests' image back under the tags: up to date, not built again.
     result = imgbuild("build", "--log-dir", str(tmp_path), "--json", str(tmp_path / "back.json"))
     assert json.loads((tmp_path / "back.json").read_text())[0]["status"] == "up-to-date", result.stderr
