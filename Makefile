@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # machines), every command would otherwise compile ~500 modules, half a second, before doing anything.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro golden bench screenshot pipeline clean
+.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro golden bench bench-engines screenshot pipeline clean
 
 setup: $(VENV)/.installed
 
@@ -62,6 +62,13 @@ unit: setup
 bench: setup test-engine
 	$(BIN)/uv sync --frozen --extra dev --extra bench --quiet
 	$(BIN)/python bench/bench.py
+
+## The cold build on each engine of the test bed (20.10, 28.5 overlay2, 28.5 containerd store), plain and
+## --canonical, against the naive Dockerfile on the same engine: bench/results/engines.{md,json}. About 30
+## minutes at BENCH_RUNS=1 (its default); removes what it builds, and the inner engines.
+bench-engines: setup test-engine
+	$(BIN)/uv sync --frozen --extra dev --extra bench --quiet
+	$(BIN)/python bench/bench.py --engines
 
 ## The suite without the engine-backed tests: seconds, no Docker needed.
 quick: setup

@@ -109,10 +109,10 @@ def empty_wheel_cache() -> None:
 
 # ---- builds --------------------------------------------------------------------------------------------
 
-def imgbuild_build(variant: str, logs: Path, *extra: str) -> dict[str, object]:
+def imgbuild_build(variant: str, logs: Path, *extra: str, env: dict[str, str] | None = None) -> dict[str, object]:
     out = logs / "result.json"
     seconds, _ = timed([IMGBUILD, "build", "--variant", variant, "--log-dir", str(logs), "--json", str(out),
-                        *extra])
+                        *extra], env=env)
     result = json.loads(out.read_text())[0]
     result["wall"] = seconds
     return dict(result)
@@ -121,12 +121,12 @@ def imgbuild_build(variant: str, logs: Path, *extra: str) -> dict[str, object]:
 HOST_CA = Path(os.environ.get("BENCH_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"))
 
 
-def naive_build() -> float:
+def naive_build(env: dict[str, str] | None = None, network: tuple[str, ...] = ()) -> float:
     context = ROOT / "bench" / "naive"
     shutil.copyfile(HOST_CA, context / "host-ca.pem")
     try:
-        seconds, _ = timed(["docker", "build", "--no-cache", "--quiet", "-t", NAIVE_TAG, "--build-arg",
-                            f"BASE_IMAGE={BASE}", str(context)], env={"DOCKER_BUILDKIT": "0"})
+        seconds, _ = timed(["docker", "build", "--no-cache", "--quiet", *network, "-t", NAIVE_TAG, "--build-arg",
+                            f"BASE_IMAGE={BASE}", str(context)], env={"DOCKER_BUILDKIT": "0", **(env or {})})
     finally:
         (context / "host-ca.pem").unlink()
     return seconds
@@ -401,6 +401,79 @@ def main() -> None:
     chart(s, facts)
 
 
+ENGINE_RUNS = int(os.environ.get("BENCH_RUNS", "1"))
+
+
+def engines_main() -> None:
+    """`make bench-engines`: the cold build with a warm wheel cache on each engine of the test bed (the host's
+    Docker 20.10, and Docker 28.5 with overlay2 and with the containerd store, started beside it by the test
+    harness and removed after), plain and --canonical, with the naive Dockerfile as the baseline on the same
+    engine in the same invocation, and `imgbuild test` of the canonical image there. Every build here runs
+    with the host's network (--network host for the naive one too): the inner engines have no NAT.
+    BENCH_RUNS rounds (default 1 here: about 10 minutes an engine). The --canonical build of the default
+    image is checked against its committed digests on each."""
+    from tests.engines import inner_engine  # the test bed's engines: the bench measures on the same ones
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    host = engine.connect()
+    work = Path(tempfile.mkdtemp(prefix="imgbuild-bench-engines-"))
+    rows: dict[str, dict[str, object]] = {}
+
+    def measure(label: str, client: docker.DockerClient, env: dict[str, str]) -> None:
+        if engine.image_or_none(client, BASE) is None:
+            say(f"{label}: bootstrapping {BASE}")
+            timed([IMGBUILD, "base", "bootstrap", "debian12"], env=env)
+        s = {k: Series(k, "s") for k in ("naive", "plain", "canonical")}
+        digests: set[str] = set()
+        smoke: set[str] = set()
+        for i in range(ENGINE_RUNS):
+            remove_built(client)
+            s["naive"].values.append(naive_build(env, ("--network", "host")))
+            remove_built(client)
+            r = imgbuild_build(VARIANT, work / f"{label}-plain{i}", "--no-cache", env=env)
+            s["plain"].values.append(float(r["wall"]))  # type: ignore[arg-type]
+            remove_built(client)
+            r = imgbuild_build(VARIANT, work / f"{label}-canonical{i}", "--no-cache", "--canonical", env=env)
+            s["canonical"].values.append(float(r["wall"]))  # type: ignore[arg-type]
+            digests.add(str(r["digests"]))
+            _, tested = timed([IMGBUILD, "test", "--variant", VARIANT], env=env)  # the smoke suite, no GPU here
+            smoke.add(tested.stdout.strip().splitlines()[-1])
+            say(f"{label} round {i + 1}: naive {s['naive'].values[-1]:.1f} s, imgbuild {s['plain'].values[-1]:.1f} "
+                f"s, --canonical {s['canonical'].values[-1]:.1f} s (committed digests: {r['digests']})")
+        remove_built(client)
+        version = client.version().get("Version")
+        rows[label] = {"engine": f"Docker {version}", "digests": sorted(digests), "smoke": sorted(smoke),
+                       "series": {k: v.values for k, v in s.items()},
+                       "cells": {k: v.cell() for k, v in s.items()},
+                       "medians": {k: v.median for k, v in s.items()}}
+
+    try:
+        measure("20.10 overlay2", host, {})
+        for store in ("overlay2", "containerd"):
+            with inner_engine(host, store) as inner:
+                measure(f"28.5 {store}", inner.client(), {"DOCKER_HOST": inner.host})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    lines = [f"# `make bench-engines`: {VARIANT}, {os.cpu_count()} CPUs, cold builds with a warm wheel cache",
+             "",
+             f"Medians of {ENGINE_RUNS} run(s) (min-max). Cold: `--no-cache`, every image but the base removed. "
+             "Ratios against the naive Dockerfile built on the same engine in the same invocation.",
+             "",
+             "| engine | naive | imgbuild | ratio | imgbuild --canonical | ratio | committed digests | "
+             "`imgbuild test` |",
+             "|---|---|---|---|---|---|---|---|"]
+    for label, row in rows.items():
+        cells, med = row["cells"], row["medians"]
+        lines.append(f"| {label} ({row['engine']}) | {cells['naive']} | {cells['plain']} | "  # type: ignore[index]
+                     f"{ratio(med['naive'], med['plain'])} faster | {cells['canonical']} | "  # type: ignore[index]
+                     f"{ratio(med['naive'], med['canonical'])} faster | {', '.join(row['digests'])} | "  # type: ignore[index, arg-type]
+                     f"{'; '.join(row['smoke'])} |")  # type: ignore[arg-type]
+    table = "\n".join(lines) + "\n"
+    (RESULTS / "engines.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (RESULTS / "engines.md").write_text(table)
+    print(table)
+
+
 def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x"
 
@@ -509,4 +582,4 @@ def chart(s: dict[str, Series], f: dict[str, object]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    engines_main() if sys.argv[1:] == ["--engines"] else main()

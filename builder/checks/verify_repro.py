@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import docker
 import docker.errors
 
 from ..engine import bases, saved
+from ..engine import client as engine
 from ..engine.build import BuildOptions, build_one, resolve_base
 from ..engine.builder import BuildFailed
 from ..engine.normalise import normalised_config
 from ..errors import UserError
+from ..host import registry
 from ..host.base import bootstrap_plan
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
@@ -37,8 +41,10 @@ def compare(client: docker.DockerClient, first: str, second: str, epoch: int, li
                         epoch, limit)
 
 
-def compare_read(a: saved.Saved, b: saved.Saved, epoch: int, limit: int = 40) -> list[LayerDiff]:
-    """`compare` on two images already read with their entries."""
+def compare_read(a: saved.Saved, b: saved.Saved, epoch: int | None, limit: int = 40,
+                 names: tuple[str, str] = ("the first build", "the second build")) -> list[LayerDiff]:
+    """`compare` on two images already read with their entries. With `epoch` None the configs are compared
+    as they are, times included; otherwise normalised to it (two builds differ in their build times)."""
     diffs = []
     for i, (pa, pb) in enumerate(zip(a.layers, b.layers, strict=False)):
         if a.diff_ids[pa] == b.diff_ids[pb]:
@@ -47,9 +53,9 @@ def compare_read(a: saved.Saved, b: saved.Saved, epoch: int, limit: int = 40) ->
         lines = []
         for name in sorted(ea.keys() | eb.keys()):
             if name not in eb:
-                lines.append(f"/{name}: only in the first build")
+                lines.append(f"/{name}: only in {names[0]}")
             elif name not in ea:
-                lines.append(f"/{name}: only in the second build")
+                lines.append(f"/{name}: only in {names[1]}")
             elif how := ea[name].how(eb[name]):
                 lines.append(f"/{name}: {', '.join(how)}")
         if not lines:
@@ -58,7 +64,8 @@ def compare_read(a: saved.Saved, b: saved.Saved, epoch: int, limit: int = 40) ->
         diffs.append(LayerDiff(i, tuple(shown)))
     if len(a.layers) != len(b.layers):
         diffs.append(LayerDiff(-1, (f"{len(a.layers)} layers against {len(b.layers)}",)))
-    ca, cb = json.loads(normalised_config(a.config, epoch)), json.loads(normalised_config(b.config, epoch))
+    ca, cb = ((dict(a.config), dict(b.config)) if epoch is None else
+              (json.loads(normalised_config(a.config, epoch)), json.loads(normalised_config(b.config, epoch))))
     ca.pop("rootfs", None)
     cb.pop("rootfs", None)
     if ca != cb:
@@ -98,10 +105,47 @@ class Verdict:
         if self.reproducible:
             return "\n".join([*lines, f"reproducible: {self.image_ids[0]}", *self._strays()])
         lines.append(f"NOT reproducible: {self.image_ids[0]} != {self.image_ids[1]}")
-        for d in self.diffs:
-            lines.append("config:" if d.index < 0 else f"layer {d.index}:")
-            lines += [f"  {line}" for line in d.lines]
-        return "\n".join([*lines, *self._strays()])
+        return "\n".join([*lines, *describe(self.diffs), *self._strays()])
+
+
+def describe(diffs: tuple[LayerDiff, ...] | list[LayerDiff]) -> list[str]:
+    lines = []
+    for d in diffs:
+        lines.append("config:" if d.index < 0 else f"layer {d.index}:")
+        lines += [f"  {line}" for line in d.lines]
+    return lines
+
+
+REMOTE = "docker://"
+
+
+def _read(client: docker.DockerClient, spec: str, directory: Path) -> saved.Saved:
+    """A local image (ID or tag), or a registry's (docker://REPOSITORY[:TAG|@DIGEST]) fetched by skopeo,
+    every blob checked against its manifest, and read from the archive without loading it."""
+    if spec.startswith(REMOTE):
+        archive = directory / f"{len(list(directory.iterdir()))}.tar"
+        try:
+            registry.fetch_archive(spec.removeprefix(REMOTE), archive)
+        except registry.RegistryError as exc:
+            raise UserError(f"{spec}: not fetched: {exc}") from None
+        with archive.open("rb") as f:
+            return saved.read_archive(f, 0, index=True)
+    image = engine.image_or_none(client, spec)
+    if image is None:
+        raise UserError(f"{spec}: no such image on this engine; name a local image (ID or tag) or a registry's "
+                        f"as {REMOTE}REPOSITORY[:TAG|@DIGEST]")
+    return saved.read(client, str(image.id), 0, index=True)
+
+
+def diff(client: docker.DockerClient, first: str, second: str) -> list[LayerDiff]:
+    """`imgbuild diff`: per differing layer, each file that differs between two images and how, and the
+    config's differing keys; empty when the two are the same image."""
+    with tempfile.TemporaryDirectory(prefix="imgbuild-diff-") as tmp:
+        a, b = _read(client, first, Path(tmp)), _read(client, second, Path(tmp))
+    if a.config_bytes == b.config_bytes:
+        return []
+    return compare_read(a, b, None, names=(first, second)) or [
+        LayerDiff(-1, ("the same keys and values, other bytes (key order or spacing)",))]
 
 
 def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Project, opts: BuildOptions,

@@ -322,6 +322,26 @@ def _record_push_layouts(client: docker.DockerClient, res: m.Resolution, project
                    err=True)
 
 
+@app.command("diff")
+def diff_cmd(
+    first: Annotated[str, typer.Argument(metavar="FIRST", help="an image here (ID or tag), or docker://REF")],
+    second: Annotated[str, typer.Argument(metavar="SECOND", help="an image here (ID or tag), or docker://REF")],
+) -> None:
+    """Name each file that differs between two images, per layer, and how (content, mode, owner, mtime), and
+    the config keys that differ. A registry's image (docker://REPOSITORY[:TAG|@DIGEST]) is fetched by skopeo
+    and read, not loaded. Exit 0 when they are the same image, 1 when they differ."""
+    from ..checks import verify_repro
+    from ..engine import client as engine
+
+    diffs = verify_repro.diff(engine.connect(), first, second)
+    if not diffs:
+        typer.echo(f"the same image: {first} and {second} have one config, so the same layers")
+        return
+    typer.echo(f"{first} and {second} differ:")
+    typer.echo("\n".join(verify_repro.describe(diffs)))
+    raise typer.Exit(1)
+
+
 @app.command("verify-repro")
 def verify_repro_cmd(
     variant: Annotated[str, typer.Argument(metavar="VARIANT", help="an image by name, tag or alias")],

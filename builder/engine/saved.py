@@ -150,6 +150,12 @@ def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = F
     """Stream the saved image once: config, each layer's diffID and its entries newer than `epoch`
     (with `index`, every entry with its content hash too). With `layer_sink`, each layer's tar is handed to
     it instead (by archive path, uncompressed), and only the diffIDs are read."""
+    return read_archive(saved_stream(client, image_id), epoch, index, layer_sink)
+
+
+def read_archive(archive: IO[bytes], epoch: int, index: bool = False,
+                 layer_sink: Callable[[str, IO[bytes]], None] | None = None) -> Saved:
+    """`read` of an image archive in `docker save`'s forms (also skopeo's docker-archive), from a stream."""
 
     def layer(path: str, hashing: _Hashing) -> None:
         if layer_sink is None:
@@ -169,7 +175,7 @@ def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = F
     entries: dict[str, dict[str, Entry]] = {}
     links: dict[str, str] = {}  # `docker save` links a layer identical to an earlier one to it
     blobs: dict[str, bytes] = {}  # JSON blobs of an OCI layout, by path
-    with tarfile.open(fileobj=saved_stream(client, image_id), mode="r|") as outer:
+    with tarfile.open(fileobj=archive, mode="r|") as outer:
         for member in outer:
             if member.issym():
                 links[member.name] = posixpath.normpath(posixpath.join(posixpath.dirname(member.name),
@@ -179,17 +185,18 @@ def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = F
             if f is None:
                 continue
             blob = member.name.startswith("blobs/")
-            head = f.read(512) if blob else b""
+            head = f.read(512)
             raw: IO[bytes] = f
             if blob and head[:2] == b"\x1f\x8b":  # a compressed layer (the containerd store keeps some so)
                 raw = gzip.GzipFile(fileobj=io.BufferedReader(_Hashing(f, head)))  # type: ignore[assignment]
                 head = raw.read(512)
-            if member.name.endswith("layer.tar") or (blob and head[257:262] == b"ustar"):
+            # <id>/layer.tar (20.10), blobs/sha256/<diffID> (25+), <diffID>.tar (skopeo's docker-archive)
+            if member.name.endswith(".tar") or (blob and head[257:262] == b"ustar"):
                 layer(member.name, _Hashing(raw, head))
             elif member.name == "manifest.json":
-                manifest = json.loads(f.read())
+                manifest = json.loads(head + f.read())
             elif member.name.endswith(".json") and "/" not in member.name and member.name != "index.json":
-                config_bytes = f.read()
+                config_bytes = head + f.read()
             elif blob and member.size < _JSON_BLOB_MAX:  # the OCI layout's config, manifest or index
                 blobs[member.name] = head + f.read()
     if not config_bytes and manifest:  # an OCI layout: the legacy manifest names the config's blob

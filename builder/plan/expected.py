@@ -62,11 +62,18 @@ def difference(want: Digests, got: Digests) -> str | None:
     for i, (a, b) in enumerate(zip(want.layers, got.layers, strict=False)):
         if a != b:
             step = got.steps[i] if i < len(got.steps) else ""
-            return (f"layer {i} ({step[:90]}) is {b[:19]}, committed {a[:19]}; compare the two images' layer "
-                    f"{i} file by file with `imgbuild verify-repro` or diffoscope")
+            return (f"layer {i} ({step[:90]}) is {b[:19]}, committed {a[:19]}; {_named(want)}")
     if len(want.layers) != len(got.layers):
         return f"{len(got.layers)} layers, committed {len(want.layers)}"
     return f"every layer is as committed, the config is not: {got.config[:19]}, committed {want.config[:19]}"
+
+
+def _named(want: Digests) -> str:
+    """How to see which files differ, where the committed image can be reached."""
+    if want.manifest:
+        return (f"`imgbuild diff IMAGE docker://REGISTRY/NAME@{want.manifest}` names each file that differs "
+                f"from the committed image, where a registry holds it")
+    return "`imgbuild verify-repro` names the files two builds differ in"
 
 
 def blob_difference(want: Digests, packing: str, manifest: str, blobs: tuple[str, ...], zlib: str) -> str | None:

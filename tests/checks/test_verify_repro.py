@@ -5,6 +5,7 @@ The torch-size run is `make verify-repro`."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from builder.engine import client as engine
 from builder.engine import normalise, saved
 
 from ..conftest import imgbuild
-from ..helpers import SMALL_VARIANT, small_project
+from ..helpers import SMALL_VARIANT, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 
@@ -97,3 +98,36 @@ def test_verify_repro_names_what_a_step_left_that_it_was_not_meant_to_write(clie
     assert "layer 1: /root/.cache/uv/CACHEDIR.TAG: a tool's cache in root's home" in strays, result.stdout
     assert "layer 2: /etc/imgbuild-stray: outside /opt/venv in a wheel layer" in strays, result.stdout
     assert not [s for s in strays if "/.dockerenv" in s or "/etc/mtab" in s], result.stdout
+
+
+def test_diff_names_what_differs_from_a_registry_image(client: docker.DockerClient, tmp_path: Path) -> None:
+    """`imgbuild diff` against the image a registry holds (fetched by skopeo, not loaded): the pushed image
+    itself is the same image; a build with a planted file differs in that file and its layer's config."""
+    def build(matrix: Path, label: str) -> str:
+        result = imgbuild("build", "--canonical", "--force", "--bootstrap-base", "--matrix", str(matrix), "--variant",
+                          VARIANT,
+                          "--log-dir", str(tmp_path / label), "--json", str(tmp_path / f"{label}.json"),
+                          timeout=TIMEOUT_S)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+        return str(json.loads((tmp_path / f"{label}.json").read_text())[0]["image_id"])
+
+    matrix = small_project(tmp_path / "first", NAME)
+    first = build(matrix, "first")
+    with registry(tmp_path) as host:
+        pushed = imgbuild("push", "--matrix", str(matrix), "--variant", VARIANT, "--registry", f"{host}/ml",
+                          "--force", "--json", str(tmp_path / "pushed.json"), timeout=TIMEOUT_S)
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        remote = f"docker://{host}/ml/{NAME}@{json.loads((tmp_path / 'pushed.json').read_text())[0]['digest']}"
+        same = imgbuild("diff", first, remote, timeout=600)
+        assert (same.returncode, same.stdout.startswith("the same image")) == (0, True), same.stdout + same.stderr
+        planted = small_project(tmp_path / "second", NAME,
+                                (" && useradd ", " && echo planted > /etc/imgbuild-planted \\\n && useradd "))
+        second = build(planted, "second")
+        other = imgbuild("diff", second, remote, timeout=600)
+        missing = imgbuild("diff", second, f"docker://{host}/ml/{NAME}:no-such-tag", timeout=600)
+    assert other.returncode == 1, other.stdout + other.stderr
+    lines = other.stdout.splitlines()
+    assert f"/etc/imgbuild-planted: only in {second}" in [line.strip() for line in lines], other.stdout
+    assert "layer 1:" in lines, other.stdout  # the OS step's layer, above the base
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    assert missing.stderr.startswith(f"imgbuild: error: docker://{host}/ml/{NAME}:no-such-tag: not fetched: ")
