@@ -454,6 +454,17 @@ def engines_main() -> None:
                 measure(f"28.5 {store}", inner.client(), {"DOCKER_HOST": inner.host})
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    table = engines_table(rows)
+    (RESULTS / "engines.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (RESULTS / "engines.md").write_text(table)
+    print(table)
+
+
+def versus(baseline: float, measured: float) -> str:
+    return f"{baseline / measured:.2f}x faster" if measured <= baseline else f"{measured / baseline:.2f}x slower"
+
+
+def engines_table(rows: dict[str, dict[str, object]]) -> str:
     lines = [f"# `make bench-engines`: {VARIANT}, {os.cpu_count()} CPUs, cold builds with a warm wheel cache",
              "",
              f"Medians of {ENGINE_RUNS} run(s) (min-max). Cold: `--no-cache`, every image but the base removed. "
@@ -465,13 +476,10 @@ def engines_main() -> None:
     for label, row in rows.items():
         cells, med = row["cells"], row["medians"]
         lines.append(f"| {label} ({row['engine']}) | {cells['naive']} | {cells['plain']} | "  # type: ignore[index]
-                     f"{ratio(med['naive'], med['plain'])} faster | {cells['canonical']} | "  # type: ignore[index]
-                     f"{ratio(med['naive'], med['canonical'])} faster | {', '.join(row['digests'])} | "  # type: ignore[index, arg-type]
+                     f"{versus(med['naive'], med['plain'])} | {cells['canonical']} | "  # type: ignore[index]
+                     f"{versus(med['naive'], med['canonical'])} | {', '.join(row['digests'])} | "  # type: ignore[index, arg-type]
                      f"{'; '.join(row['smoke'])} |")  # type: ignore[arg-type]
-    table = "\n".join(lines) + "\n"
-    (RESULTS / "engines.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (RESULTS / "engines.md").write_text(table)
-    print(table)
+    return "\n".join(lines) + "\n"
 
 
 def ratio(a: float, b: float) -> str:

@@ -236,7 +236,9 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
         return BuildResult(v.name, "up-to-date", time.monotonic() - start, existing, v.refs(),
                            client.images.get(existing).attrs.get("Size"))
     if opts.registry and not (opts.force or opts.no_cache):
-        want = expected.read(project, v)
+        # A canonical build must give the committed bytes, so a registry's image must be them too; a plain
+        # build's hash names the other writer, so its image was never meant to be the committed one.
+        want = expected.read(project, v) if opts.canonical else None
         pulled = pull_built(client, v, opts.registry, digest, v.source_date_epoch, want.config if want else None,
                             rep)
         if pulled:

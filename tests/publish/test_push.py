@@ -155,18 +155,28 @@ def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: dock
         image = client.images.get(f"{NAME}:{TAGS[1]}")
         assert image.id == image_id, "the pushed image itself"
         assert sorted(image.tags) == sorted(f"{NAME}:{tag}" for tag in TAGS), "no build-hash tag left here"
-        # Digests committed next to the lock for other bytes: the registry's image is not taken, a build runs
+        # A canonical build's registry image whose config is not the committed one is not taken (and the
+        # build then fails its own check against those digests, leaving its image untagged).
+        canonical = ("build", "--canonical", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--log-dir",
+                     str(tmp_path / "logs"))
+        result = imgbuild(*canonical, "--force", "--json", str(tmp_path / "canonical.json"), timeout=1200)
+        assert result.returncode == 0, result.stderr[-3000:]
+        canonical_id = json.loads((tmp_path / "canonical.json").read_text())[0]["image_id"]
+        pushed = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                          "--force", timeout=600)
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        client.images.remove(canonical_id, force=True)
         committed = matrix.parent / "locks" / f"{SMALL_VARIANT}.digests.json"
         committed.write_text(json.dumps({"shaping": "other", "config": "sha256:" + "0" * 64, "layers": []}))
-        client.images.remove(image_id, force=True)
-        rebuilt = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
-                           "--json", str(tmp_path / "built.json"), "--log-dir", str(tmp_path / "logs"), timeout=1200)
+        refused = imgbuild(*canonical, "--registry", f"{host}/ml", "--json", str(tmp_path / "refused.json"),
+                           timeout=1200)
         committed.unlink()
-        assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+        row = json.loads((tmp_path / "refused.json").read_text())[0]
+        if row.get("image_id"):
+            client.images.remove(row["image_id"], force=True)
         assert "not the committed sha256:000000000000 (pushed from a build that was not canonical?)" in \
-            rebuilt.stdout + rebuilt.stderr
-        assert json.loads((tmp_path / "built.json").read_text())[0]["status"] == "built"
-        assert client.images.get(f"{NAME}:{TAGS[1]}").id == image_id, "and a real build gives the same image"
+            refused.stdout + refused.stderr, refused.stdout[-2000:] + refused.stderr[-2000:]
+        assert (refused.returncode, row["status"]) == (1, "failed"), row
         client.images.remove(image_id, force=True)
         missing = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", empty,
                            "--json", str(tmp_path / "missing.json"), timeout=1200)
