@@ -207,8 +207,8 @@ def pull_built(client: docker.DockerClient, v: Variant, registry_ns: str, digest
         rep.say(v.name, f"{ref} carries other build inputs (build hash {labels.get(HASH_LABEL)}, created "
                         f"{config.get('created')}); building instead")
         return None
-    if committed is not None and registry.digest_of(raw) != committed:
-        rep.say(v.name, f"{ref} has config {registry.digest_of(raw)[:19]}, not the committed {committed[:19]} "
+    if committed is not None and (found := registry.digest_of(raw)) != committed:
+        rep.say(v.name, f"{ref} has config {found[:19]}, not the committed {committed[:19]} "
                         f"(pushed from a build that was not canonical?); building instead")
         return None
     rep.begin(v.name, f"pulling {ref}")

@@ -50,16 +50,26 @@ def _auth(flag: str, authfile: Path | None) -> list[str]:
     return [flag, str(authfile)] if authfile else []
 
 
-def raw_manifest(ref: str, authfile: Path | None = None) -> bytes | None:
-    """The manifest `ref` (REPOSITORY:TAG or REPOSITORY@DIGEST) names, as served; None when there is none."""
-    result = _run(["inspect", "--raw", "--retry-times", "2", *_auth("--authfile", authfile),
+def _failure(result: subprocess.CompletedProcess[bytes], what: str) -> str:
+    """skopeo's last line of complaint, or what failed when it said nothing."""
+    error = result.stderr.decode(errors="replace").strip()
+    return error.splitlines()[-1] if error else f"{what} failed"
+
+
+def _inspect(ref: str, flags: list[str], authfile: Path | None = None) -> bytes | None:
+    """What `skopeo inspect --raw` with `flags` prints for `ref`, as served; None when there is no such manifest."""
+    result = _run(["inspect", *flags, "--raw", "--retry-times", "2", *_auth("--authfile", authfile),
                    *_tls(ref, "--tls-verify"), f"docker://{ref}"])
     if result.returncode == 0:
         return result.stdout
-    error = result.stderr.decode(errors="replace").strip()
-    if _MISSING.search(error):
+    if _MISSING.search(result.stderr.decode(errors="replace")):
         return None
-    raise RegistryError(f"{ref}: {error.splitlines()[-1] if error else 'skopeo inspect failed'}")
+    raise RegistryError(f"{ref}: {_failure(result, ' '.join(['skopeo inspect', *flags]))}")
+
+
+def raw_manifest(ref: str, authfile: Path | None = None) -> bytes | None:
+    """The manifest `ref` (REPOSITORY:TAG or REPOSITORY@DIGEST) names, as served; None when there is none."""
+    return _inspect(ref, [], authfile)
 
 
 def digest_of(raw: bytes) -> str:
@@ -83,14 +93,7 @@ def config_of(raw: bytes, ref: str) -> str:
 
 def raw_config(ref: str) -> bytes | None:
     """The image config blob `ref` names, as served; None when there is no such manifest."""
-    result = _run(["inspect", "--config", "--raw", "--retry-times", "2", *_tls(ref, "--tls-verify"),
-                   f"docker://{ref}"])
-    if result.returncode == 0:
-        return result.stdout
-    error = result.stderr.decode(errors="replace").strip()
-    if _MISSING.search(error):
-        return None
-    raise RegistryError(f"{ref}: {error.splitlines()[-1] if error else 'skopeo inspect --config failed'}")
+    return _inspect(ref, ["--config"])
 
 
 def config(ref: str) -> dict[str, Any]:
@@ -110,8 +113,7 @@ def fetch_archive(ref: str, archive: Path) -> None:
     result = _run(["copy", "--retry-times", "2", *_tls(ref, "--src-tls-verify"), f"docker://{ref}",
                    f"docker-archive:{archive}"])
     if result.returncode != 0:
-        error = result.stderr.decode(errors="replace").strip()
-        raise RegistryError(f"{ref}: {error.splitlines()[-1] if error else 'skopeo copy failed'}")
+        raise RegistryError(f"{ref}: {_failure(result, 'skopeo copy')}")
 
 
 def copy(source: str, destination: str) -> None:
