@@ -59,17 +59,22 @@ def normalised_config(config: dict[str, object], epoch: int) -> bytes:
     return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
 
 
-def load_archive(client: docker.DockerClient, archive: IO[bytes] | bytes | Iterator[bytes],
-                 config_bytes: bytes) -> str:
-    """`docker load` an archive; returns the ID the engine gave the image. The graph-driver store names it by
-    its config's digest; containerd's by the manifest `docker load` writes, which only its answer tells."""
+def load(client: docker.DockerClient, archive: IO[bytes] | bytes | Iterator[bytes]) -> str | None:
+    """`docker load` an archive; returns the ID the engine says it gave the image, if it says one."""
     said = []
     for chunk in client.api.load_image(archive):  # type: ignore[no-untyped-call]
         if "error" in chunk:
             raise docker.errors.APIError(f"docker load of the normalised config: {chunk['error']}")
         said.append(str(chunk.get("stream", "")))
     loaded = re.search(r"Loaded image ID: (sha256:[0-9a-f]{64})", "".join(said))
-    return loaded[1] if loaded else "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+    return loaded[1] if loaded else None
+
+
+def load_archive(client: docker.DockerClient, archive: IO[bytes] | bytes | Iterator[bytes],
+                 config_bytes: bytes) -> str:
+    """`docker load` an archive; returns the ID the engine gave the image. The graph-driver store names it by
+    its config's digest; containerd's by the manifest `docker load` writes, which only its answer tells."""
+    return load(client, archive) or "sha256:" + hashlib.sha256(config_bytes).hexdigest()
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:

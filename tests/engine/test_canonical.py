@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import tarfile
 
-from builder.engine.canonical import Key, apply, rewrite
+from builder.engine.canonical import Key, _write, apply, index, plan, rewrite
 
 EPOCH = 1735689600
 
@@ -98,3 +98,24 @@ def test_hard_links_point_at_the_first_name() -> None:
         first, second = tar.getmember("a/lib.so"), tar.getmember("b/lib.so")
         assert first.isreg() and tar.extractfile(first).read() == b"ELF"  # type: ignore[union-attr]
         assert second.islnk() and second.linkname == "a/lib.so"
+
+
+def test_the_planned_size_is_the_written_size() -> None:
+    """The load archive heads each layer with its size before writing it, so the plan must know it to the
+    byte, for the headers that need pax records too (a long name, a non-ASCII one, an xattr). And what the
+    index spools is the layer as read, byte for byte (its diffID is the save's)."""
+    layer = _tar([("opt/", None, {}), ("opt/" + "n" * 140, b"long name" * 200, {}),
+                  ("opt/ünïcode.txt", b"u", {}), ("opt/cap", b"cap", {"pax_headers": {
+                      "SCHILY.xattr.security.capability": "\x01\x00"}}),
+                  ("opt/link", None, {"type": tarfile.LNKTYPE, "linkname": "opt/cap"})], tarfile.PAX_FORMAT)
+    spool = io.BytesIO()
+    indexed = index(layer, spool)
+    assert spool.getvalue() == layer.getvalue()
+    planned, _ = plan(indexed, {})
+    spool.seek(0)
+    written = b"".join(_write(planned, spool))
+    assert len(written) == planned.size
+    assert written == _canonical(io.BytesIO(layer.getvalue()))[0]
+    with tarfile.open(fileobj=io.BytesIO(written)) as tar:
+        assert tar.getnames() == ["opt", "opt/cap", "opt/link", "opt/" + "n" * 140, "opt/ünïcode.txt"]
+        assert tar.getmember("opt/cap").pax_headers["SCHILY.xattr.security.capability"] == "\x01\x00"
