@@ -29,9 +29,10 @@ if ! command -v unpigz >/dev/null 2>&1; then
 fi
 
 # --test: the push tests run Debian's docker-registry on 127.0.0.1, with htpasswd (apache2-utils) for auth;
-# the browser test drives Debian's chromium (Playwright's own browser download is not used).
-if [ "${1:-}" = "--test" ] && ! { command -v docker-registry && command -v htpasswd && [ -x /usr/bin/chromium ]; } >/dev/null 2>&1; then
-    if can_install; then apt_install docker-registry apache2-utils chromium; else say "the tests need: apt-get install docker-registry apache2-utils chromium"; fi
+# the browser test drives Debian's chromium (Playwright's own browser download is not used); the diff test
+# runs diffoscope (`imgbuild diff --diffoscope`; the minimal package: tar and text, no heavy comparators).
+if [ "${1:-}" = "--test" ] && ! { command -v docker-registry && command -v htpasswd && [ -x /usr/bin/chromium ] && command -v diffoscope; } >/dev/null 2>&1; then
+    if can_install; then apt_install docker-registry apache2-utils chromium diffoscope-minimal; else say "the tests need: apt-get install docker-registry apache2-utils chromium diffoscope-minimal"; fi
 fi
 
 if engine_answers; then

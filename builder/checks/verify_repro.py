@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,11 +121,11 @@ def describe(diffs: tuple[LayerDiff, ...] | list[LayerDiff]) -> list[str]:
 REMOTE = "docker://"
 
 
-def _read(client: docker.DockerClient, spec: str, directory: Path) -> saved.Saved:
-    """A local image (ID or tag), or a registry's (docker://REPOSITORY[:TAG|@DIGEST]) fetched by skopeo,
-    every blob checked against its manifest, and read from the archive without loading it."""
+def _read(client: docker.DockerClient, spec: str, archive: Path, keep: bool) -> saved.Saved:
+    """A local image (ID or tag), or a registry's (docker://REPOSITORY[:TAG|@DIGEST]) fetched by skopeo to
+    `archive`, every blob checked against its manifest, and read from the archive without loading it. With
+    `keep`, a local image's save is written to `archive` too (for `layer_tar`)."""
     if spec.startswith(REMOTE):
-        archive = directory / f"{len(list(directory.iterdir()))}.tar"
         try:
             registry.fetch_archive(spec.removeprefix(REMOTE), archive)
         except registry.RegistryError as exc:
@@ -134,18 +136,51 @@ def _read(client: docker.DockerClient, spec: str, directory: Path) -> saved.Save
     if image is None:
         raise UserError(f"{spec}: no such image on this engine; name a local image (ID or tag) or a registry's "
                         f"as {REMOTE}REPOSITORY[:TAG|@DIGEST]")
-    return saved.read(client, str(image.id), 0, index=True)
+    if not keep:
+        return saved.read(client, str(image.id), 0, index=True)
+    with archive.open("wb") as f:
+        shutil.copyfileobj(saved.saved_stream(client, str(image.id)), f, 1 << 20)
+    with archive.open("rb") as f:
+        return saved.read_archive(f, 0, index=True)
 
 
-def diff(client: docker.DockerClient, first: str, second: str) -> list[LayerDiff]:
+def diff(client: docker.DockerClient, first: str, second: str,
+         diffoscope: bool = False) -> tuple[list[LayerDiff], list[str]]:
     """`imgbuild diff`: per differing layer, each file that differs between two images and how, and the
-    config's differing keys; empty when the two are the same image."""
+    config's differing keys; empty when the two are the same image. With `diffoscope`, also its report on
+    each differing pair of layer tars (what in a file's bytes differs)."""
+    tool = shutil.which("diffoscope") if diffoscope else None
+    if diffoscope and tool is None:
+        raise UserError("--diffoscope: diffoscope is not installed; apt-get install diffoscope-minimal "
+                        "(Debian, Ubuntu), or leave the option out")
     with tempfile.TemporaryDirectory(prefix="imgbuild-diff-") as tmp:
-        a, b = _read(client, first, Path(tmp)), _read(client, second, Path(tmp))
-    if a.config_bytes == b.config_bytes:
-        return []
-    return compare_read(a, b, None, names=(first, second)) or [
-        LayerDiff(-1, ("the same keys and values, other bytes (key order or spacing)",))]
+        archives = Path(tmp) / "first.tar", Path(tmp) / "second.tar"
+        a, b = _read(client, first, archives[0], diffoscope), _read(client, second, archives[1], diffoscope)
+        if a.config_bytes == b.config_bytes:
+            return [], []
+        diffs = compare_read(a, b, None, names=(first, second)) or [
+            LayerDiff(-1, ("the same keys and values, other bytes (key order or spacing)",))]
+        reports = []
+        for d in diffs if tool else []:
+            if d.index >= 0:
+                tars = Path(tmp) / f"first-layer{d.index}.tar", Path(tmp) / f"second-layer{d.index}.tar"
+                for image, archive, tar in ((a, archives[0], tars[0]), (b, archives[1], tars[1])):
+                    saved.layer_tar(archive, image.layers[d.index], tar)
+                reports.append(f"diffoscope, layer {d.index} ({first} against {second}):")
+                reports.append(_diffoscope(str(tool), *tars))
+                for tar in tars:
+                    tar.unlink()
+    return diffs, reports
+
+
+def _diffoscope(tool: str, first: Path, second: Path) -> str:
+    """diffoscope's text report on two layer tars, file by file (its exit code is 1 when they differ)."""
+    done = subprocess.run([tool, "--text", "-", "--no-progress", str(first), str(second)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode not in (0, 1):
+        tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"diffoscope failed on layer tars {first.name} and {second.name}: {tail}")
+    return done.stdout.rstrip()
 
 
 def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Project, opts: BuildOptions,

@@ -326,6 +326,8 @@ def _record_push_layouts(client: docker.DockerClient, res: m.Resolution, project
 def diff_cmd(
     first: Annotated[str, typer.Argument(metavar="FIRST", help="an image here (ID or tag), or docker://REF")],
     second: Annotated[str, typer.Argument(metavar="SECOND", help="an image here (ID or tag), or docker://REF")],
+    diffoscope: Annotated[bool, typer.Option(
+        "--diffoscope", help="also print diffoscope's report on each differing pair of layer tars")] = False,
 ) -> None:
     """Name each file that differs between two images, per layer, and how (content, mode, owner, mtime), and
     the config keys that differ. A registry's image (docker://REPOSITORY[:TAG|@DIGEST]) is fetched by skopeo
@@ -333,12 +335,12 @@ def diff_cmd(
     from ..checks import verify_repro
     from ..engine import client as engine
 
-    diffs = verify_repro.diff(engine.connect(), first, second)
+    diffs, reports = verify_repro.diff(engine.connect(), first, second, diffoscope)
     if not diffs:
         typer.echo(f"the same image: {first} and {second} have one config, so the same layers")
         return
     typer.echo(f"{first} and {second} differ:")
-    typer.echo("\n".join(verify_repro.describe(diffs)))
+    typer.echo("\n".join([*verify_repro.describe(diffs), *reports]))
     raise typer.Exit(1)
 
 

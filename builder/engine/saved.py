@@ -15,9 +15,11 @@ import hashlib
 import io
 import json
 import posixpath
+import shutil
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
 
 import docker
@@ -210,3 +212,19 @@ def read_archive(archive: IO[bytes], epoch: int, index: bool = False,
         if index:
             entries[name] = entries[target]
     return Saved(config, config_bytes, list(manifest[0]["Layers"]), diff_ids, late, entries)
+
+
+def layer_tar(archive: Path, path: str, out: Path) -> None:
+    """Write the layer at `path` of an image archive on disk (as `read_archive` names it) to `out` as its
+    uncompressed tar: a link to an equal earlier layer followed, a gzip blob inflated."""
+    with tarfile.open(archive, mode="r:") as tar:
+        member = tar.getmember(path)
+        while member.issym():
+            member = tar.getmember(posixpath.normpath(posixpath.join(posixpath.dirname(member.name),
+                                                                     member.linkname)))
+        data = tar.extractfile(member)
+        assert data is not None, f"{path} of {archive} is not a file"
+        with out.open("wb") as f:
+            head = data.read(2)
+            data.seek(0)
+            shutil.copyfileobj(gzip.GzipFile(fileobj=data) if head == b"\x1f\x8b" else data, f, 1 << 20)

@@ -121,13 +121,23 @@ def test_diff_names_what_differs_from_a_registry_image(client: docker.DockerClie
         same = imgbuild("diff", first, remote, timeout=600)
         assert (same.returncode, same.stdout.startswith("the same image")) == (0, True), same.stdout + same.stderr
         planted = small_project(tmp_path / "second", NAME,
-                                (" && useradd ", " && echo planted > /etc/imgbuild-planted \\\n && useradd "))
+                                (" && useradd ", " && echo planted > /etc/imgbuild-planted \\\n"
+                                 " && echo 'planted:x:999:999::/nonexistent:/usr/sbin/nologin' >> /etc/passwd \\\n"
+                                 " && useradd "))
         second = build(planted, "second")
         other = imgbuild("diff", second, remote, timeout=600)
+        explained = imgbuild("diff", second, remote, "--diffoscope", timeout=600)
         missing = imgbuild("diff", second, f"docker://{host}/ml/{NAME}:no-such-tag", timeout=600)
     assert other.returncode == 1, other.stdout + other.stderr
     lines = other.stdout.splitlines()
     assert f"/etc/imgbuild-planted: only in {second}" in [line.strip() for line in lines], other.stdout
     assert "layer 1:" in lines, other.stdout  # the OS step's layer, above the base
+    # diffoscope, from Debian, on the two layer tars: the file both hold, explained line by line (the planted
+    # line is in the first image named, so diffoscope's "-" side)
+    assert explained.returncode == 1, explained.stdout[-3000:] + explained.stderr[-3000:]
+    report = explained.stdout.split(f"diffoscope, layer 1 ({second} against {remote}):", 1)
+    assert len(report) == 2, explained.stdout[-3000:]
+    passwd = report[1].split("── etc/passwd\n", 1)
+    assert len(passwd) == 2 and re.search(r"^[│ ]*-planted:x:999:999:", passwd[1], re.M), report[1][-3000:]
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr
     assert missing.stderr.startswith(f"imgbuild: error: docker://{host}/ml/{NAME}:no-such-tag: not fetched: ")
