@@ -112,11 +112,14 @@ def run_the_example(browser: Any, lab: Lab, screenshot: Path | None = None) -> s
             time.sleep(0.5)
         text = str(output.inner_text())
         page.keyboard.press("Control+s")
-        # JupyterLab 4 saves, then offers to rename an untitled file; renaming races jupyter_server's
+        # JupyterLab 4 offers to rename an untitled file on its first save; renaming races jupyter_server's
         # checkpoint listing (a 500 now and then), and the name is not the point here: keep it.
         page.get_by_role("textbox", name="File name").wait_for()
         page.keyboard.press("Escape")
         page.locator(".jp-Dialog").wait_for(state="detached")
+        # The save's request goes out once the dialog is gone: closing the page before it lands lost the
+        # output once in CI (the host file kept the launcher's empty notebook). A person waits for it too.
+        saved(lab.folder)
         if screenshot is not None:
             news = page.get_by_role("button", name="No")  # JupyterLab's offer to fetch news: not in the picture
             if news.count():
@@ -133,8 +136,9 @@ def run_the_example(browser: Any, lab: Lab, screenshot: Path | None = None) -> s
 
 
 def saved(folder: Path) -> Path:
+    """The notebook on the host, once it holds the example's output (or after STEP_MS without it)."""
     path = folder / NOTEBOOK
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + STEP_MS / 1000
     while not (path.is_file() and "grad is 2x" in path.read_text(errors="replace")) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert path.is_file(), f"no {NOTEBOOK} on the host: {sorted(p.name for p in folder.iterdir())}"
