@@ -87,9 +87,10 @@ def lab(client: docker.DockerClient, jupyter_image: str) -> Iterator[Any]:
         one.remove()
 
 
-def run_the_example(browser: Any, lab: Lab, screenshot: Path | None = None) -> str:
+def run_the_example(browser: Any, lab: Lab, screenshot: Path | None = None) -> tuple[str, Path]:
     """As a person does it: open the lab with the token, make a notebook from the launcher, wait for the
-    kernel, run the example, save under a name; returns the cell's printed output. On a failure, what the
+    kernel, run the example, save under a name; returns the cell's printed output and the notebook on the
+    host, once the save has landed there. On a failure, what the
     browser showed is saved beside the host folder and named in the error."""
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     try:
@@ -119,14 +120,14 @@ def run_the_example(browser: Any, lab: Lab, screenshot: Path | None = None) -> s
         page.locator(".jp-Dialog").wait_for(state="detached")
         # The save's request goes out once the dialog is gone: closing the page before it lands lost the
         # output once in CI (the host file kept the launcher's empty notebook). A person waits for it too.
-        saved(lab.folder)
+        notebook = saved(lab.folder)
         if screenshot is not None:
             news = page.get_by_role("button", name="No")  # JupyterLab's offer to fetch news: not in the picture
             if news.count():
                 news.first.click()
                 page.get_by_text("official Jupyter news").first.wait_for(state="hidden")
             page.screenshot(path=str(screenshot))
-        return text
+        return text, notebook
     except Exception as exc:
         shot = lab.folder.parent / f"{lab.folder.name}-failure.png"
         page.screenshot(path=str(shot))
@@ -152,9 +153,8 @@ def test_a_folder_of_uid_1000_with_the_plain_command(browser: Any, lab: Any, tmp
     one = lab(folder)
     one.ready()
     shot = os.environ.get("IMGBUILD_SCREENSHOT")
-    out = run_the_example(browser, one, Path(shot) if shot else None)
+    out, notebook = run_the_example(browser, one, Path(shot) if shot else None)
     assert "tensor(" in out and "grad is 2x: True" in out, out
-    notebook = saved(folder)
     assert notebook.stat().st_uid == 1000
     assert "grad is 2x: True" in notebook.read_text(), "the output was saved with the notebook"
 
@@ -165,9 +165,8 @@ def test_a_folder_of_another_host_user_with_nb_uid(browser: Any, lab: Any, tmp_p
     os.chown(folder, OTHER_UID, OTHER_UID)
     one = lab(folder, user="root", environment={"NB_UID": str(OTHER_UID), "NB_GID": str(OTHER_UID)})
     one.ready()
-    out = run_the_example(browser, one)
+    out, notebook = run_the_example(browser, one)
     assert "grad is 2x: True" in out, out
-    notebook = saved(folder)
     assert (notebook.stat().st_uid, notebook.stat().st_gid) == (OTHER_UID, OTHER_UID)
     # The server's process (tini, PID 1, stays root: it only forwards signals and reaps).
     code, owners = one.container.exec_run(["sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline "
@@ -181,8 +180,9 @@ def test_a_folder_of_another_host_user_with_user_uid_gid(browser: Any, lab: Any,
     os.chown(folder, OTHER_UID, OTHER_UID)
     one = lab(folder, user=f"{OTHER_UID}:{OTHER_UID}")
     one.ready()
-    assert "grad is 2x: True" in run_the_example(browser, one)
-    assert saved(folder).stat().st_uid == OTHER_UID
+    out, notebook = run_the_example(browser, one)
+    assert "grad is 2x: True" in out, out
+    assert notebook.stat().st_uid == OTHER_UID
 
 
 def test_a_folder_that_does_not_exist_yet(browser: Any, lab: Any, client: docker.DockerClient,
@@ -199,8 +199,9 @@ def test_a_folder_that_does_not_exist_yet(browser: Any, lab: Any, client: docker
     shutil.rmtree(folder)
     one = lab(folder, user="root", environment={"NB_UID": str(OTHER_UID), "NB_GID": str(OTHER_UID)})
     one.ready()
-    assert "grad is 2x: True" in run_the_example(browser, one)
-    assert saved(folder).stat().st_uid == OTHER_UID and folder.stat().st_uid == OTHER_UID
+    out, notebook = run_the_example(browser, one)
+    assert "grad is 2x: True" in out, out
+    assert notebook.stat().st_uid == OTHER_UID and folder.stat().st_uid == OTHER_UID
 
 
 def test_without_the_token_the_browser_gets_the_login_page(browser: Any, lab: Any, tmp_path: Path) -> None:
