@@ -6,7 +6,7 @@ The inner engine shares the host's network (its builds must reach the wheel serv
 Left to its defaults it takes over the host's docker0, after which the host engine's published ports stop
 answering (shared/ENVIRONMENT.md); and with --bridge=none it deletes docker0 outright (measured here: the
 host engine could then start no container on its default network). So each inner engine gets a bridge of
-its own, made here and removed after, and --iptables=false; tests/engine/test_engines.py checks that
+its own, made here and removed after, and --iptables=false; tests/engine/conftest.py checks that
 docker0's address and the nat table are as they were.
 """
 

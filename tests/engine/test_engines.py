@@ -4,19 +4,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
 
 from builder.checks.verify_repro import compare
-from builder.engine import client as engine
 from builder.engine import saved
 
 from ..conftest import imgbuild
-from ..engines import STORES, InnerEngine, engine_image, inner_engine
+from ..engines import STORES, InnerEngine
 from ..helpers import SMALL_VARIANT, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
@@ -25,25 +22,10 @@ TIMEOUT_S = 1200
 EPOCH = 1735689600  # matrix.yaml's source_date_epoch
 
 
-def host_network() -> tuple[str, str, str]:
-    """What an inner engine must leave as it found it: docker0's address, the links, the nat table."""
-    def out(*command: str) -> str:
-        return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False).stdout
-
-    return (out("ip", "-4", "-br", "addr", "show", "docker0"), out("ip", "-br", "link"),
-            out("iptables", "-t", "nat", "-S"))
-
-
-@pytest.fixture(scope="module", params=sorted(STORES))
-def inner(request: pytest.FixtureRequest) -> Iterator[InnerEngine]:
-    host = engine.connect()
-    before = host_network()
-    with inner_engine(host, request.param) as started:
-        yield started
-    assert host_network() == before, "the inner engine changed the host's network"
-    # The host engine still starts a container on its default bridge network.
-    host.containers.run(engine_image(host), ["true"], remove=True)
-    host.close()
+@pytest.fixture(params=sorted(STORES))
+def inner(request: pytest.FixtureRequest, inner_engines: dict[str, InnerEngine]) -> InnerEngine:
+    """Each inner engine in turn (tests/engine/conftest.py starts both once and checks the host's network)."""
+    return inner_engines[request.param]
 
 
 def on(inner: InnerEngine, *args: str, timeout: int = TIMEOUT_S) -> tuple[int, str]:
