@@ -13,6 +13,10 @@ from .conftest import ROOT
 # the package's top (errors, patterns, progress) and the payload are below every stage.
 STAGES = ("matrix", "plan", "host", "engine", "checks", "publish", "cli")
 PAYLOAD_MAY_IMPORT = {"torch", "torchvision", "torchaudio", "smoke_tests"}
+# builder/oci/: image bytes, below every stage and pure: the standard library, without what reaches out of
+# the process (the Docker SDK, subprocess, the network).
+PURE = ("oci",)
+IMPURE = {"docker", "subprocess", "socket", "http", "urllib", "ssl", "requests", "multiprocessing"}
 
 
 def stage_of(module: str) -> int:
@@ -62,6 +66,13 @@ def violations(root: Path) -> list[str]:
                 found.append(f"{where}:{line}: imports {target}, a later stage ({STAGES[theirs]})")
             if name.startswith("_") and theirs != mine and theirs >= 0:
                 found.append(f"{where}:{line}: takes {target}.{name}, a private name of another stage")
+    for pure in PURE:
+        for path in sorted((root / "builder" / pure).rglob("*.py")):
+            for target, _, line in imports(path, root):
+                top = target.split(".")[0]
+                allowed = top in sys.stdlib_module_names and top not in IMPURE
+                if not (allowed or top == "__future__" or target.startswith(f"builder.{pure}")):
+                    found.append(f"{path.relative_to(root)}:{line}: builder/{pure} is pure, yet imports {target}")
     for path in sorted((root / "smoke_tests").glob("*.py")):
         for target, _, line in imports(path, root):
             top = target.split(".")[0]
@@ -75,16 +86,20 @@ def test_imports_point_down_the_pipeline() -> None:
 
 
 def test_the_check_catches_an_arrow_back_up(tmp_path: Path) -> None:
-    for package in ("builder", "builder/plan", "builder/cli", "smoke_tests"):
+    for package in ("builder", "builder/plan", "builder/cli", "builder/oci", "smoke_tests"):
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / "builder" / "plan" / "render.py").write_text(
         "from ..cli import app\nfrom builder.cli.app import _state\n")
     (tmp_path / "smoke_tests" / "suite.py").write_text("import docker\n")
+    (tmp_path / "builder" / "oci" / "layer.py").write_text("import subprocess\nfrom ..plan import render\n")
     assert violations(tmp_path) == [
+        "builder/oci/layer.py:2: imports builder.plan, a later stage (plan)",
         "builder/plan/render.py:1: imports builder.cli, a later stage (cli)",
         "builder/plan/render.py:2: imports builder.cli.app, a later stage (cli)",
         "builder/plan/render.py:2: takes builder.cli.app._state, a private name of another stage",
+        "builder/oci/layer.py:1: builder/oci is pure, yet imports subprocess",
+        "builder/oci/layer.py:2: builder/oci is pure, yet imports builder.plan",
         "smoke_tests/suite.py:1: the payload imports docker",
     ]
 
@@ -92,7 +107,7 @@ def test_the_check_catches_an_arrow_back_up(tmp_path: Path) -> None:
 def test_every_stage_is_a_package_and_nothing_else_sits_beside_them() -> None:
     package = ROOT / "builder"
     folders = sorted(p.name for p in package.iterdir() if p.is_dir() and p.name != "__pycache__")
-    assert folders == sorted(STAGES)
+    assert folders == sorted(STAGES + PURE)
     assert sorted(p.name for p in package.glob("*.py")) == ["__init__.py", "errors.py", "patterns.py", "progress.py"]
 
 

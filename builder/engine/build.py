@@ -22,6 +22,7 @@ from ..host import registry, state, wheel_server, wheels
 from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
+from ..oci.layer import LayerError
 from ..plan import deblock, expected, lockfile
 from ..plan.context import HASH_LABEL, BuildInputs, context_tar, hash_ref
 from ..plan.layers import WHEEL_URL, wheel_layers
@@ -302,7 +303,10 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
             raise
     if opts.canonical:
         rep.begin(v.name, "writing the layers above the base canonically")
-        result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch)
+        try:
+            result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch)
+        except LayerError as exc:  # nothing was loaded: the built image stays untagged, as the build cache
+            raise BuildFailed("writing the layers canonically", [], log_path, str(exc)) from None
     else:
         rep.begin(v.name, "normalising the image config")
         result = normalise.normalise(client, built, v.source_date_epoch)
@@ -317,6 +321,9 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
     state.record_built(digest, image_id)
     tag_all(client, image_id, v)
     rep.say(v.name, f"built {image_id[:19]}")
+    if result.clamped:
+        rep.say(v.name, f"{len(result.clamped)} entries dated after SOURCE_DATE_EPOCH were written at it "
+                        f"(first: {result.clamped[0]})")
     if result.late:
         rep.say(v.name, f"WARNING: not reproducible: {len(result.late)} entries carry the build time "
                         f"(first: {result.late[0]}); `imgbuild verify-repro {v.name}` names them all")

@@ -122,6 +122,7 @@ class Normalised:
     image_id: str
     late: tuple[str, ...]  # "layer N: path" for entries still newer than the epoch: not reproducible
     digests: Digests | None = None  # what a canonical image is made of (engine/canonical)
+    clamped: tuple[str, ...] = ()  # "layer N: path" for entries dated after the epoch, written at it (canonical)
 
 
 # History steps that never add a layer, in the classic builder's words ("#(nop)  ENV ...") and BuildKit's.

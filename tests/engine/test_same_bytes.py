@@ -29,10 +29,11 @@ def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str], client
            registry_ns: str) -> tuple[str, list[str], str]:
     """Build --canonical on one engine and push it: the config's digest and the diffIDs, as `docker save`
     gives them, and the manifest digest the registry serves."""
-    # --bootstrap-base: the base an engine holds (test_engines bootstraps it on the inner ones), else a new one
-    result = imgbuild("build", "--canonical", "--force", "--bootstrap-base", "--matrix", str(matrix), "--log-dir",
-                      str(tmp_path / "logs"), "--json", str(tmp_path / f"{label}.json"), env=env, timeout=1800)
-    assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
+    for args in (("base", "bootstrap", "debian12"),
+                 ("build", "--canonical", "--force", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
+                  "--json", str(tmp_path / f"{label}.json"))):
+        result = imgbuild(*args, env=env, timeout=1800)
+        assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
     built = json.loads((tmp_path / f"{label}.json").read_text())[0]
     assert built["status"] == "built", built
     image = saved.read(client, built["image_id"], EPOCH)
