@@ -22,7 +22,14 @@ from types import FrameType
 from smoke_tests.results import RESULTS_MARKER, Result, Skip, summary
 
 CHECK_TIMEOUT_S = 300
-DDP_TIMEOUT_S = 300
+# Checks that start cold processes or compilers: torchrun's two ranks each import torch, Inductor compiles with
+# empty caches. On a loaded 2-CPU host those take minutes, not seconds; they get a longer alarm, and within it
+# the subprocess's timeout fires first, and within that the ranks' own rendezvous timeout, so the innermost
+# clock always says what was slow.
+SLOW_CHECK_TIMEOUT_S = 900
+SLOW = ("ddp.", "compile.", "devel.")
+DDP_TIMEOUT_S = SLOW_CHECK_TIMEOUT_S - 60
+RENDEZVOUS_TIMEOUT_S = DDP_TIMEOUT_S - 60
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,11 +80,13 @@ def main(argv: list[str] | None = None) -> int:
 def run_one(name: str, call: Callable[[], str]) -> Result:
     """Run one check under a time limit; its exception decides FAIL or SKIP."""
 
+    limit = SLOW_CHECK_TIMEOUT_S if name.startswith(SLOW) else CHECK_TIMEOUT_S
+
     def on_alarm(signum: int, frame: FrameType | None) -> None:
-        raise TimeoutError(f"no answer within {CHECK_TIMEOUT_S}s")
+        raise TimeoutError(f"no answer within {limit}s")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(CHECK_TIMEOUT_S)
+    signal.alarm(limit)
     start = time.monotonic()
     try:
         detail = call()
@@ -99,7 +108,7 @@ def run_ddp(backend: str, ranks: int, extra_env: dict[str, str] | None = None, n
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ddp.json"
         command += ["--standalone", "--nnodes=1", f"--nproc-per-node={ranks}", "-m", "smoke_tests.ddp",
-                    "--backend", backend, "--out", str(out)]
+                    "--backend", backend, "--out", str(out), "--timeout", str(RENDEZVOUS_TIMEOUT_S)]
         if noop:
             command.append("--noop-allreduce")
         env = {**os.environ, "OMP_NUM_THREADS": "1", **(extra_env or {})}

@@ -12,9 +12,10 @@ import tarfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import docker
 import pytest
@@ -128,10 +129,51 @@ def lock_text(index_url: str, entries: dict[str, tuple[str, list[str]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def eventually(condition: Callable[[], bool], timeout_s: float = 60, pause_s: float = 0.2) -> bool:
+    """Whether `condition` holds within `timeout_s`: what a fixed sleep guessed at, asked until it is so."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause_s)
+    return True
+
+
 def free_port() -> int:
+    """A port free now; whoever binds it later may find it taken (see `registry`, which tries again)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _serve_registry(directory: Path, htpasswd: Path | None, readonly: bool) -> tuple[subprocess.Popen[bytes], int,
+                                                                                    IO[str]] | None:
+    """docker-registry on a port free a moment ago; None when another process bound that port meanwhile."""
+    port = free_port()
+    auth = (f"auth:\n  htpasswd:\n    realm: imgbuild-test\n    path: {htpasswd}\n" if htpasswd else "")
+    config = directory / f"registry-{port}.yml"
+    config.write_text(f"version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: "
+                      f"{directory / 'storage'}\n  maintenance:\n    readonly:\n"
+                      f"      enabled: {str(readonly).lower()}\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}")
+    log_path = directory / f"registry-{port}.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
+            return proc, port, log
+        except urllib.error.HTTPError:
+            return proc, port, log  # 401: up, asking for credentials
+        except OSError:
+            if proc.poll() is not None and "address already in use" in log_path.read_text():
+                log.close()
+                return None
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                log.close()
+                pytest.fail(f"docker-registry did not start: {log_path.read_text()}")
+            time.sleep(0.2)
 
 
 @contextmanager
@@ -139,26 +181,13 @@ def registry(directory: Path, htpasswd: Path | None = None, readonly: bool = Fal
     """A docker-registry on 127.0.0.1; yields HOST:PORT."""
     if shutil.which("docker-registry") is None:
         pytest.fail("docker-registry is not installed: `make test` installs it (scripts/host-setup.sh --test)")
-    port = free_port()
-    auth = (f"auth:\n  htpasswd:\n    realm: imgbuild-test\n    path: {htpasswd}\n" if htpasswd else "")
-    config = directory / f"registry-{port}.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: "
-                      f"{directory / 'storage'}\n  maintenance:\n    readonly:\n"
-                      f"      enabled: {str(readonly).lower()}\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}")
-    log = (directory / f"registry-{port}.log").open("w")
-    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(5):
+        if (started := _serve_registry(directory, htpasswd, readonly)) is not None:
+            break
+    else:
+        pytest.fail("docker-registry found its port taken five times running")
+    proc, port, log = started
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
-                break
-            except urllib.error.HTTPError:
-                break  # 401: up, asking for credentials
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail(f"docker-registry did not start: {(directory / f'registry-{port}.log').read_text()}")
-                time.sleep(0.2)
         yield f"127.0.0.1:{port}"
     finally:
         proc.kill()

@@ -165,9 +165,8 @@ def restricted(client: docker.DockerClient, image: str, labels: dict[str, str]) 
     results = suite(client, image, labels, [], False, name="restricted",
                     args=("--no-ddp", "--skip", "devel.cuda_extension" if devel else "devel."), user="12345:12345",
                     read_only=True, tmpfs={"/tmp": "exec"})
-    wanted = ("tensor.", "compile.cpu", "train.", "versions.torch", *(("devel.",) if devel else ()))
-    picked = [r for r in results if (r.status == "FAIL" and r.name == "restricted") or r.name.startswith(wanted)]
-    return [Result(f"arbitrary_uid_read_only.{r.name}", r.status, r.detail, r.seconds) for r in picked]
+    # Every result of the run, so a check that fails only under these conditions is never dropped.
+    return [Result(f"arbitrary_uid_read_only.{r.name}", r.status, r.detail, r.seconds) for r in results]
 
 
 def _http_status(url: str, token: str | None = None) -> int:
@@ -215,10 +214,12 @@ def jupyter(client: docker.DockerClient, image: str) -> list[Result]:
         status = wait_for_status(f"{base}/api", 200, 120)
         results.append(Result("jupyter.answers_on_8888", "PASS" if status == 200 else "FAIL",
                               f"GET /api: {status}", round(time.monotonic() - start, 3)))
-        without = _http_status(f"{base}/api/contents")
+        # Through the retry helper too: one slow answer on a loaded host is a retry, not an internal error.
+        without = wait_for_status(f"{base}/api/contents", 403, 30)
         results.append(Result("jupyter.refuses_without_token", "PASS" if without == 403 else "FAIL",
                               f"GET /api/contents without a token: {without}", 0.0))
-        with_token = _http_status(f"{base}/api/contents", token)
+        with_token = wait_for_status(f"{base}/api/contents", 200, 30,
+                                     status=lambda url: _http_status(url, token))
         results.append(Result("jupyter.accepts_the_token", "PASS" if with_token == 200 else "FAIL",
                               f"GET /api/contents with JUPYTER_TOKEN: {with_token}", 0.0))
         health = ""

@@ -568,12 +568,16 @@ def doctor_cmd(matrix: MatrixOpt = None) -> None:
 def prune_cmd(
     bases: Annotated[bool, typer.Option("--bases", help="also bootstrapped base images")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would go")] = False,
+    matrix: Annotated[Path | None, typer.Option(
+        "--matrix", help="only the images of this matrix file's image name [default: every image imgbuild made]")]
+        = None,
 ) -> None:
     """Remove the images (and their build cache) imgbuild made, found by label."""
     from ..engine import client as engine
     from ..engine import prune
 
-    names, freed = prune.prune(engine.connect(), bases, dry_run)
+    name = m.load(m.matrix_path(matrix)).facts.image.name if matrix is not None else None
+    names, freed = prune.prune(engine.connect(), bases, dry_run, name)
     for name in names:
         typer.echo(("would remove " if dry_run else "removed ") + name)
     if not dry_run:

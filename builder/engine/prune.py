@@ -8,18 +8,24 @@ import docker.errors
 VARIANT_LABEL = "io.imgbuild.variant"
 STAGE_LABEL = "io.imgbuild.stage"  # builder stages older imgbuild releases left behind (untagged)
 BASE_LABEL = "io.imgbuild.base"
+TITLE_LABEL = "org.opencontainers.image.title"  # "<image name> <flavour>"
 
 
 def layers_size(client: docker.DockerClient) -> int:
     return int(client.df().get("LayersSize") or 0)
 
 
-def prune(client: docker.DockerClient, bases: bool, dry_run: bool) -> tuple[list[str], int]:
-    """Remove every image labelled as a variant or a build stage (and bootstrapped bases with `bases`).
+def prune(client: docker.DockerClient, bases: bool, dry_run: bool, name: str | None = None) -> tuple[list[str], int]:
+    """Remove every image labelled as a variant or a build stage (and bootstrapped bases with `bases`); with
+    `name`, only the variants of that image name (one matrix's images, tagged or left untagged by a rebuild).
     Removing an image also removes its untagged parents, the classic builder's cache. Returns the refs
     removed and the bytes freed."""
     labels = [VARIANT_LABEL, STAGE_LABEL, BASE_LABEL] if bases else [VARIANT_LABEL, STAGE_LABEL]
-    images = {str(i.id): i for label in labels for i in client.images.list(filters={"label": label})}
+    if name is not None:
+        labels.remove(STAGE_LABEL)
+    images = {str(i.id): i for label in labels for i in client.images.list(filters={"label": label})
+              if name is None or (label == BASE_LABEL and VARIANT_LABEL not in i.labels)
+              or i.labels.get(TITLE_LABEL, "").startswith(f"{name} ")}
     # Children first: a jupyter image sits on its runtime image.
     ordered = sorted(images.values(), key=lambda i: len(i.history()), reverse=True)
     names = [", ".join(i.tags) or str(i.id)[:19] for i in ordered]

@@ -81,6 +81,7 @@ def shipped(v: Variant, project: Project) -> list[ContextFile]:
     elif not v.distro_toolkit:  # a devel image on its runtime image ships only its own facts: the rest is there
         files += [ContextFile(f"{ROOTFS}/etc/pip/constraints.txt", _constraints(v), REGULAR),
                   *_static(project, {"imgbuild-entrypoint": f"{ROOTFS}/usr/local/bin/imgbuild-entrypoint",
+                                     "imgbuild-workspace-advice": f"{ROOTFS}/usr/local/bin/imgbuild-workspace-advice",
                                      "gpu-check": f"{ROOTFS}/usr/local/bin/gpu-check"}),
                   *_payload()]
     return sorted(files, key=lambda f: f.path)

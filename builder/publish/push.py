@@ -35,11 +35,13 @@ from . import layout
 
 RETRIES = 3  # after the first attempt: four in all
 BACKOFF_S = (1.0, 2.0, 4.0)
-_AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|401", re.I)
-_READ_ONLY = re.compile(r"\b405\b|method not allowed|unsupported", re.I)
-# An HTTP 50x status, never the same digits inside a digest or a blob ID.
+# HTTP statuses are matched as whole numbers: never the same digits inside a digest, a blob ID or a port (a
+# registry on 127.0.0.1:44013 once made a read-only registry's 405 read as an authentication failure).
+_AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|"
+                   r"(?<![0-9a-f:])401(?![0-9a-f])", re.I)
+_READ_ONLY = re.compile(r"(?<![0-9a-f:])405(?![0-9a-f])|method not allowed|unsupported", re.I)
 _TRANSIENT = re.compile(r"connection refused|connection reset|broken pipe|\bEOF\b|timeout|timed out|"
-                        r"(?<![0-9a-f])50[0234](?![0-9a-f])|temporar|unreachable|no route to host", re.I)
+                        r"(?<![0-9a-f:])50[0234](?![0-9a-f])|temporar|unreachable|no route to host", re.I)
 
 
 class PushError(Exception):

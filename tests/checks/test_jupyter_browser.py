@@ -5,6 +5,7 @@ with the right owner. And the cases that used to give a JupyterLab that cannot s
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import time
@@ -52,12 +53,14 @@ def browser() -> Iterator[Any]:
 class Lab:
     """One JupyterLab container with a host folder on /workspace, published on a free loopback port."""
 
-    def __init__(self, client: docker.DockerClient, image: str, folder: Path, **run: Any) -> None:
-        self.token = secrets.token_hex(16)
+    def __init__(self, client: docker.DockerClient, image: str, folder: Path, token: bool = True, **run: Any) -> None:
+        """`token=False`: as the quick start runs it, without JUPYTER_TOKEN; the token is then the one
+        JupyterLab prints (`ready` reads it from the log, as a person copies the URL)."""
+        self.token = secrets.token_hex(16) if token else ""
         self.folder = folder
         self.container = client.containers.run(  # type: ignore[call-overload]
             image, detach=True, labels={TEST_LABEL: "browser"}, shm_size="1g",
-            environment={"JUPYTER_TOKEN": self.token, **run.pop("environment", {})},
+            environment={**({"JUPYTER_TOKEN": self.token} if token else {}), **run.pop("environment", {})},
             volumes={str(folder): {"bind": "/workspace", "mode": "rw"}},
             ports={"8888/tcp": ("127.0.0.1", None)}, **run)
         self.container.reload()
@@ -66,6 +69,10 @@ class Lab:
     def ready(self) -> None:
         status = wait_for_status(f"{self.base}/api", 200, 120)
         assert status == 200, f"JupyterLab did not answer ({status}): {self.logs()}"
+        if not self.token:
+            printed = re.findall(r"http://127\.0\.0\.1:8888/lab\?token=([0-9a-f]{32,})", self.logs())
+            assert printed, f"JupyterLab printed no token URL: {self.logs()}"
+            self.token = printed[-1]
 
     def logs(self) -> str:
         return self.container.logs().decode(errors="replace")[-2000:]
@@ -143,6 +150,7 @@ def saved(folder: Path) -> Path:
     while not (path.is_file() and "grad is 2x" in path.read_text(errors="replace")) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert path.is_file(), f"no {NOTEBOOK} on the host: {sorted(p.name for p in folder.iterdir())}"
+    assert "grad is 2x: True" in path.read_text(errors="replace"), "the saved notebook lacks the example's output"
     return path
 
 
@@ -221,3 +229,37 @@ def test_without_the_token_the_browser_gets_the_login_page(browser: Any, lab: An
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(f"{one.base}/api/contents", timeout=10)
     assert caught.value.code == 403
+
+
+def test_a_root_host_user_with_the_documented_command_and_no_token(browser: Any, lab: Any, tmp_path: Path) -> None:
+    """The README's command for a root host user, as pasted: JupyterLab as root, asked for by name, on a
+    folder Docker makes, with the token it prints. What it saves is root's, as the user's other files."""
+    folder = tmp_path / "missing"
+    one = lab(folder, token=False, user="root", environment={"JUPYTER_ALLOW_ROOT": "1"})
+    one.ready()
+    out, notebook = run_the_example(browser, one)
+    assert "grad is 2x: True" in out, out
+    st = notebook.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, 0, 0o644), oct(st.st_mode)
+    assert folder.stat().st_uid == 0
+
+
+def test_a_root_host_user_with_the_command_the_error_suggests(browser: Any, lab: Any, tmp_path: Path) -> None:
+    """A folder of root's that holds notebooks already: the plain command stops with one line whose command,
+    pasted, gives a JupyterLab that saves there; the notebooks already there keep their owner."""
+    folder = tmp_path / "code"
+    folder.mkdir()
+    mine = folder / "mine.ipynb"
+    mine.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    os.chown(mine, 4321, 4321)  # another user's notebook in root's folder: it must stay theirs
+    plain = lab(folder)
+    assert plain.container.wait(timeout=60)["StatusCode"] == 2, plain.logs()
+    [line] = [line for line in plain.logs().splitlines() if line.startswith("start-jupyter:")]
+    suggested = re.findall(r"`([^`]+)`", line)
+    assert suggested[0] == "--user root -e JUPYTER_ALLOW_ROOT=1", line
+    one = lab(folder, user="root", environment={"JUPYTER_ALLOW_ROOT": "1"})
+    one.ready()
+    out, notebook = run_the_example(browser, one)
+    assert "grad is 2x: True" in out, out
+    assert (notebook.stat().st_uid, notebook.stat().st_mode & 0o777) == (0, 0o644)
+    assert (mine.stat().st_uid, mine.stat().st_gid) == (4321, 4321)

@@ -13,7 +13,7 @@ import docker
 import pytest
 
 from builder.checks import records
-from builder.checks.smoke import TEST_LABEL
+from builder.checks.smoke import SHM, TEST_LABEL, run_container
 from builder.engine import client as engine
 
 from ..conftest import imgbuild
@@ -84,9 +84,20 @@ def test_image_checks_pass(report: tuple[dict[str, str], Path]) -> None:
 
 
 def test_suite_passes_under_an_arbitrary_uid_read_only(report: tuple[dict[str, str], Path]) -> None:
-    restricted = {k: v for k, v in report[0].items() if k.startswith("arbitrary_uid_read_only.")}
-    assert "arbitrary_uid_read_only.compile.cpu" in restricted
-    assert all(v.startswith("PASS") for v in restricted.values()), restricted
+    """Every result of that run is reported: the CPU checks pass there too, the GPU ones skip with their
+    reason, and nothing else (a FAIL of any check under these conditions would show here)."""
+    restricted = {k.removeprefix("arbitrary_uid_read_only."): v for k, v in report[0].items()
+                  if k.startswith("arbitrary_uid_read_only.")}
+    for name in ("compile.cpu", "data.dataloader_two_workers", "audio.torchaudio", "versions.cudnn",
+                 "versions.nccl", "versions.torch", "tensor.grad_of_square", "train.adam_lowers_loss"):
+        assert restricted[name].startswith("PASS"), f"{name}: {restricted[name]}"
+    others = {k: v for k, v in restricted.items() if not v.startswith("PASS")}
+    assert all(k.startswith("cuda.") and v.startswith("SKIP CPU-only") for k, v in others.items()), others
+    assert len(others) >= 10
+    # The whole run's checks, as in the first run less DDP (--no-ddp) and, on a runtime image, the devel ones
+    first = {k for k in report[0]
+             if not k.startswith(("arbitrary_uid_read_only.", "image.", "ddp.", "devel.", "__"))}
+    assert set(restricted) == first
 
 
 def test_junit_report_lists_every_check(report: tuple[dict[str, str], Path]) -> None:
@@ -141,3 +152,61 @@ def test_jupyter_image_builds_on_runtime_and_serves_with_token_auth(client: dock
     assert notebook.labels["io.imgbuild.flavor"] == "jupyter"
     shared = runtime.attrs["RootFS"]["Layers"]
     assert notebook.attrs["RootFS"]["Layers"][: len(shared)] == shared, "jupyter shares every runtime layer"
+
+
+def _in_image(client: docker.DockerClient, script: str) -> tuple[int, str]:
+    """Python run in a container of the default image, with the smoke payload it ships."""
+    return run_container(client, IMAGE, ["python", "-c", script], 900, shm_size=SHM,
+                         environment={"PYTHONPATH": "/opt/imgbuild", "OMP_NUM_THREADS": "1"})
+
+
+def test_the_ddp_check_fails_when_all_reduce_does_nothing(client: docker.DockerClient) -> None:
+    """The negative control the README cites: the same DDP script with all_reduce replaced by a no-op finds
+    both the wrong sum and the unaveraged gradients (ddp.gloo_cpu, which passes, runs it unbroken)."""
+    code, out = _in_image(client, "from smoke_tests.__main__ import run_ddp\n"
+                                  "try:\n    run_ddp('gloo', 2, noop=True)\nexcept AssertionError as e:\n"
+                                  "    print('FAILED:', e)\nelse:\n    print('PASSED')\n")
+    assert code == 0, out[-2000:]
+    assert "FAILED:" in out, out[-2000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: all_reduce of 32 MB differs from the single-process sum" in out, out[-2000:]
+    assert "after a DDP step differs from a single-process step on the whole batch" in out, out[-2000:]
+
+
+# A TF32 kernel on the CPU: the conv check's inputs rounded to TF32's 10 mantissa bits, then summed in float32;
+# likewise a bf16 matmul. The GPU checks' bounds must take these, the old fixed tolerance did not, the float32
+# bound must not, and an output off by a little must fail.
+PRECISION = """
+import torch
+from smoke_tests.suite import FP32_BOUND, TF32_BOUND, conv_bounds, round_mantissa, within
+assert round_mantissa(torch.tensor([1 + 2**-11 + 2**-13]), 10).item() == 1 + 2**-10
+torch.manual_seed(0)
+x, w = torch.randn(4, 3, 32, 32), torch.randn(8, 3, 3, 3)
+tf32 = torch.nn.functional.conv2d(round_mantissa(x, 10), round_mantissa(w, 10), padding=1)
+fp32 = torch.nn.functional.conv2d(x, w, padding=1)
+print("old tolerance fails", int((~torch.isclose(tf32, fp32, rtol=1e-3, atol=1e-3)).sum()), "of", tf32.numel())
+within(tf32, *conv_bounds(x, w, TF32_BOUND), "TF32")
+within(fp32, *conv_bounds(x, w, FP32_BOUND), "float32")
+for what, got, scale in (("tf32 as float32", tf32, FP32_BOUND), ("off by 0.05", tf32 + 0.05, TF32_BOUND)):
+    try:
+        within(got, *conv_bounds(x, w, scale), what)
+        print("accepted", what)
+    except AssertionError as exc:
+        print("refused", exc)
+a, b = torch.randn(256, 256), torch.randn(256, 256)
+a16, b16 = a.bfloat16(), b.bfloat16()
+want = a16.double() @ b16.double()
+within((a16.float() @ b16.float()).bfloat16(), want,
+       want.abs() * 2.0 ** -8 + (a16.double().abs() @ b16.double().abs()) * 2.0 ** -16, "bf16")
+print("bf16 within")
+"""
+
+
+def test_gpu_precision_bounds_take_tf32_and_refuse_errors(client: docker.DockerClient) -> None:
+    code, out = _in_image(client, PRECISION)
+    assert code == 0, out[-2000:]
+    old = int(out.split("old tolerance fails ", 1)[1].split(" of ")[0])
+    assert old > 100, out  # what a good A100/H100 would have failed with
+    assert "refused tf32 as float32:" in out, out
+    assert "refused off by 0.05:" in out, out
+    assert "bf16 within" in out, out

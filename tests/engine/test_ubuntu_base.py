@@ -22,7 +22,7 @@ import pytest
 from builder.engine import client as engine
 from builder.plan.context import HASH_LABEL
 
-from ..conftest import imgbuild
+from ..conftest import imgbuild, missing
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 
@@ -42,7 +42,7 @@ def keyring(tmp_path_factory: pytest.TempPathFactory) -> Path:
         with urllib.request.urlopen(KEYRING_DEB, timeout=30) as response:
             deb = response.read()
     except OSError as exc:
-        pytest.skip(f"SKIP: {MIRROR} is not reachable from here ({exc}); no Ubuntu image can be bootstrapped")
+        missing(f"{KEYRING_DEB} could not be fetched ({exc}); no Ubuntu image can be bootstrapped")
     assert hashlib.sha256(deb).hexdigest() == KEYRING_DEB_SHA256, "the keyring package is not the pinned one"
     (directory / "keyring.deb").write_bytes(deb)
     subprocess.run(["dpkg-deb", "-x", str(directory / "keyring.deb"), str(directory / "x")], check=True, timeout=60)

@@ -11,6 +11,8 @@ import pytest
 
 from builder.plan.project import PACKAGED_TEMPLATES
 
+from ..conftest import missing
+
 FILES = PACKAGED_TEMPLATES / "files"
 
 
@@ -61,10 +63,11 @@ def test_entrypoint_moves_a_missing_home_to_tmp(tmp_path: Path) -> None:
     assert env["TORCH_HOME"] == f"{tmp_path}/home-{os.getuid()}/.cache/torch"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a directory another user owns")
 def test_entrypoint_never_takes_a_tmp_home_another_user_made() -> None:
     """On a shared /tmp another user can make home-<uid> first, or a link by that name, and plant compiled
     kernels there; the entrypoint takes a private directory instead."""
+    if os.geteuid() != 0:
+        missing("needs root to make a directory another user owns")
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         tmp_path.chmod(0o1777)
@@ -96,6 +99,52 @@ def test_start_jupyter_refuses_an_empty_token() -> None:
     assert "JUPYTER_TOKEN is empty, which would disable authentication" in result.stderr
 
 
+def _advice(folder: Path) -> str:
+    return subprocess.run([str(FILES / "imgbuild-workspace-advice"), str(folder)], capture_output=True, text=True,
+                          check=True, timeout=30).stdout
+
+
+def test_the_advice_fits_the_owner_of_the_folder(tmp_path: Path) -> None:
+    """What the scripts' messages offer, by who owns /workspace. (The commands themselves are run, pasted,
+    against the image in tests/checks/test_jupyter_root.py.)"""
+    if os.geteuid() != 0:
+        missing("needs root to give folders to other owners")
+    empty, full, other = tmp_path / "empty", tmp_path / "full", tmp_path / "other"
+    for folder in (empty, full, other):
+        folder.mkdir()
+    (full / "old.ipynb").write_text("{}")
+    os.chown(other, 4321, 4322)
+    root = "`--user root -e JUPYTER_ALLOW_ROOT=1` if you are root on the host"
+    assert _advice(empty).startswith(root)
+    assert "; if not, `--user root -e NB_UID=$(id -u) -e NB_GID=$(id -g)` (the empty folder" in _advice(empty)
+    assert _advice(full).startswith(root) and _advice(full).endswith("; if not, mount a folder of your own")
+    assert _advice(other) == "`--user root -e NB_UID=4321 -e NB_GID=4322` (JupyterLab then runs as the folder's owner)"
+
+
+def test_start_jupyter_runs_as_root_only_when_asked_by_name() -> None:
+    if os.geteuid() != 0:
+        missing("needs root")
+    result = subprocess.run([str(FILES / "start-jupyter")], env={"PATH": f"{FILES}:{os.environ['PATH']}"},
+                            capture_output=True, text=True, check=False, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.startswith("start-jupyter: JupyterLab runs as root only when asked by name; to write to "
+                                    "/workspace, start with "), result.stderr
+
+
+def test_entrypoint_keeps_root_for_nb_uid_0_only_when_asked_by_name(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        missing("needs root")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "NB_UID": "0"}
+    refused = subprocess.run([str(FILES / "imgbuild-entrypoint"), "id", "-u"], env=env, capture_output=True,
+                             text=True, check=False, timeout=30)
+    assert refused.returncode == 2
+    assert "add `-e JUPYTER_ALLOW_ROOT=1`" in refused.stderr, refused.stderr
+    allowed = subprocess.run([str(FILES / "imgbuild-entrypoint"), "id", "-u"],
+                             env={**env, "JUPYTER_ALLOW_ROOT": "1"}, capture_output=True, text=True, check=True,
+                             timeout=30)
+    assert allowed.stdout == "0\n"
+
+
 def test_jupyter_config_refuses_an_empty_token(monkeypatch: pytest.MonkeyPatch) -> None:
     config = (FILES / "jupyter_server_config.py").read_text()
     monkeypatch.setenv("JUPYTER_TOKEN", "")
@@ -105,7 +154,7 @@ def test_jupyter_config_refuses_an_empty_token(monkeypatch: pytest.MonkeyPatch) 
 
 def test_entrypoint_names_a_uid_without_a_passwd_entry() -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root to switch to a UID without a passwd entry")
+        missing("needs root to switch to a UID without a passwd entry")
     result = subprocess.run(["setpriv", "--reuid=54321", "--regid=54321", "--clear-groups",
                              str(FILES / "imgbuild-entrypoint"), "sh", "-c", 'printf %s "$USER"'],
                             env={"PATH": os.environ["PATH"], "TMPDIR": "/tmp"}, capture_output=True, text=True,

@@ -14,6 +14,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from builder.checks import records
 from builder.engine import client as engine
 
 from ..conftest import ROOT, imgbuild
@@ -81,6 +82,31 @@ def test_an_untested_image_is_refused_unless_forced(small_image: tuple[Path, str
         assert (f"imgbuild: error: {SMALL_VARIANT}: not pushed: the smoke tests were never run on it for image "
                 f"{image_id[:19]}; run `imgbuild test --variant {SMALL_VARIANT}`, or pass --force") in result.stderr
         assert "pushed " not in result.stdout
+
+
+def test_the_push_gate_takes_a_passed_test_record_and_refuses_a_failed_one(small_image: tuple[Path, str],
+                                                                          tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `imgbuild test` records for the image ID decides, without --force: a failed run refuses the push,
+    naming its failures; a passed one lets it through. (The record is written as `imgbuild test` writes it: the
+    small variant carries no torch for the suite to pass on.)"""
+    matrix, image_id = small_image
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    with registry(tmp_path) as host:
+        records.write(records.TestRecord(image_id, SMALL_VARIANT, False, {"PASS": 30, "FAIL": 2, "SKIP": 12}, "CPU"))
+        refused = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                           env=env)
+        assert refused.returncode == 1, refused.stderr[-2000:]
+        assert (f"{SMALL_VARIANT}: not pushed: the smoke tests failed (2 FAIL) for image {image_id[:19]}"
+                in refused.stderr), refused.stderr
+        assert "pushed " not in refused.stdout
+        records.write(records.TestRecord(image_id, SMALL_VARIANT, True, {"PASS": 32, "FAIL": 0, "SKIP": 12}, "CPU"))
+        passed = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{host}/ml",
+                          env=env, timeout=600)
+        assert passed.returncode == 0, passed.stderr[-3000:]
+        assert re.search(rf"^pushed {re.escape(host)}/ml/{NAME}:{re.escape(TAGS[1])}@sha256:[0-9a-f]{{64}}$",
+                         passed.stdout, flags=re.M), passed.stdout
 
 
 def test_a_wrong_password_fails_clearly_after_one_attempt(small_image: tuple[Path, str], tmp_path: Path) -> None:

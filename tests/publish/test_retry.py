@@ -55,3 +55,18 @@ def test_digits_inside_a_digest_are_not_a_server_error(monkeypatch: pytest.Monke
 def test_an_auth_failure_is_never_retried(monkeypatch: pytest.MonkeyPatch, message: str) -> None:
     result, calls, _ = push(monkeypatch, [message])
     assert result is not None and calls == 1 and "authentication failed" in str(result)
+
+
+def test_a_port_that_holds_401_is_no_authentication_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """skopeo names the registry's port: on 127.0.0.1:44013 a read-only registry's 405 was once read as a 401
+    (CI, issue 36). A status is a whole number, never digits inside a port, a digest or an ID."""
+    message = ("writing blob: initiating layer upload to /v2/x/blobs/uploads/ in 127.0.0.1:44013: StatusCode: 405, "
+               "Method not allowed")
+    result, calls, _ = push(monkeypatch, [message])
+    assert result is not None and calls == 1
+    assert "authentication failed" not in str(result)
+    assert str(result).endswith("the registry refuses writes (HTTP 405: read-only, or a pull-through mirror)")
+    retried, calls, _ = push(monkeypatch, ["received unexpected HTTP status: 502 Bad Gateway from 127.0.0.1:45020"])
+    assert retried is not None and calls == 4, "a real 502 is still retried"
+    _, calls, _ = push(monkeypatch, ["manifest invalid at 127.0.0.1:5003"])
+    assert calls == 1, "port 5003 is not an HTTP 503"

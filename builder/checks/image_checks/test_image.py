@@ -36,13 +36,20 @@ with zipfile.ZipFile(d / 'torch-2.6.0-py3-none-any.whl', 'w') as z:
 def test_no_build_time_leftovers_anywhere(host: Any) -> None:
     # First in this file: later checks write to /tmp in the same container. As root: the default user
     # cannot list /root (0700), which is how uv's interpreter cache in /root/.cache/uv (a file time and the
-    # build host's CPU flags) went unnoticed.
+    # build host's CPU flags) went unnoticed. Every search checks its own exit code: with its errors thrown
+    # away, a search that could not run printed nothing, which read as "nothing found".
+    found = _as_root(host).run("for d in /root/.cache /home/user/.cache /tmp /var/tmp; do "
+                               "if [ -e \"$d\" ]; then find \"$d\" -mindepth 1 -maxdepth 2 -print; fi; done")
+    assert found.rc == 0, f"the search itself failed (exit {found.rc}): {found.stderr.strip()[:300]}"
+    assert found.stdout.strip() == "", f"a build left files in the image: {found.stdout.strip()[:300]}"
+
+
+def _as_root(host: Any) -> Any:
+    """The same container as root: a search as the default user cannot read /root or apt's partial/ (0700),
+    and a search that cannot read a folder proves nothing about it."""
     import testinfra  # type: ignore[import-untyped]  # ships no type information
 
-    root = testinfra.get_host(f"docker://root@{host.backend.name}")
-    found = root.run("find /root/.cache /home/user/.cache /tmp /var/tmp -mindepth 1 -maxdepth 2 "
-                     "-print 2>/dev/null")
-    assert found.stdout.strip() == "", f"a build left files in the image: {found.stdout.strip()[:300]}"
+    return testinfra.get_host(f"docker://root@{host.backend.name}")
 
 
 def test_default_user_is_not_root(host: Any) -> None:
@@ -82,9 +89,12 @@ def test_pip_install_cannot_replace_torch(host: Any) -> None:
 def test_no_pip_cache_ca_bundle_or_apt_lists(host: Any) -> None:
     for cache in ("/root/.cache/pip", "/home/user/.cache/pip"):
         assert not host.file(cache).exists, f"{cache} was left in the image"
-    found = host.run("find / -xdev \\( -name ca-bundle.pem -o -path /tmp/imgbuild \\) -print 2>/dev/null")
+    root = _as_root(host)
+    found = root.run("find / -xdev \\( -name ca-bundle.pem -o -path /tmp/imgbuild \\) -print")
+    assert found.rc == 0, f"the search itself failed (exit {found.rc}): {found.stderr.strip()[:300]}"
     assert found.stdout.strip() == "", f"a build CA bundle was left: {found.stdout.strip()}"
-    lists = host.run("find /var/lib/apt/lists -type f ! -name lock 2>/dev/null")
+    lists = root.run("find /var/lib/apt/lists -type f ! -name lock -print")
+    assert lists.rc == 0, f"the search itself failed (exit {lists.rc}): {lists.stderr.strip()[:300]}"
     assert lists.stdout.strip() == "", f"apt lists were left: {lists.stdout.strip()[:200]}"
 
 
