@@ -58,8 +58,16 @@ def test_root_with_nb_uid_runs_as_that_uid_and_gets_an_empty_workspace(client: d
     assert (folder / "x").stat().st_uid == UID and folder.stat().st_uid == UID
 
 
-@pytest.mark.parametrize(("env", "said"), [({"NB_UID": "me"}, "must be numbers"), ({"NB_UID": "0"}, "would keep root")])
+@pytest.mark.parametrize(("env", "said"), [({"NB_UID": "me"}, "must be numbers"),
+                                           ({"NB_UID": "0"}, "add `-e JUPYTER_ALLOW_ROOT=1`")])
 def test_a_bad_nb_uid_is_one_line_and_exit_2(client: docker.DockerClient, default_image: str, env: dict[str, str],
                                              said: str) -> None:
+    """(tests/checks/test_jupyter_root.py pastes what these lines suggest.)"""
     code, out = run(client, default_image, ["id", "-u"], user="root", environment=env)
     assert code == 2 and said in out and len(out.strip().splitlines()) == 1, out
+
+
+def test_nb_uid_0_keeps_root_when_asked_by_name(client: docker.DockerClient, default_image: str) -> None:
+    code, out = run(client, default_image, ["id", "-u"], user="root",
+                    environment={"NB_UID": "0", "JUPYTER_ALLOW_ROOT": "1"})
+    assert (code, out.strip().splitlines()[-1]) == (0, "0"), out

@@ -369,6 +369,53 @@ def test_two_jobs_build_both_then_test_and_prune_take_only_what_they_name(client
     assert client.images.get(TAGS[1]).id == torch_image, "another project's image stays"
 
 
+def _compile_step(name: str) -> str:
+    """The bytecode part of a wheel step, as the rendered Dockerfile runs it, over the tree at $root."""
+    lines = (ROOT / "images" / name / "Dockerfile").read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(' && find /opt/venv -path "$b" -prune'))
+    last = next(i for i in range(first, len(lines)) if lines[i].startswith(" && for p in $pids; do wait"))
+    step = " ".join(line.rstrip("\\").strip() for line in lines[first:last + 1])
+    return "true " + step.replace('find /opt/venv -path "$b"', 'find "$root" -path "$b"', 1)
+
+
+def test_bytecode_compiles_to_the_same_bytes_twice_and_a_bad_file_fails(client: docker.DockerClient,
+                                                                         torch_image: str) -> None:
+    """The wheel steps' compile, taken from the rendered Dockerfile, run twice on fresh copies of two
+    packages (one of them on one CPU): the same .pyc bytes, checked-hash. A file with a syntax error fails it,
+    naming the file (it was `|| true` before)."""
+    step = _compile_step(DEFAULT)
+    site = "/opt/venv/lib/python3.11/site-packages"
+    compile_twice = (
+        # One path for both (a .pyc names its source's path), moved aside after each compile
+        f'set -e; export start=0 root=/tmp/x b=/tmp/x/.b; for run in a b; do mkdir -p "$b"; '
+        f'cp -r {site}/jinja2 {site}/networkx "$root"/; '
+        f'find "$root" -name __pycache__ -prune -exec rm -rf {{}} +; '
+        f'cpus=$([ $run = b ] && echo 0 || echo 0-1); taskset -c $cpus bash -o pipefail -c "$STEP"; '
+        f'rm -rf "$b"; mv "$root" /tmp/$run; done; diff -r /tmp/a /tmp/b && echo same; '
+        f'find /tmp/a -name "*.pyc" | wc -l; '
+        f'head -c 8 "$(find /tmp/a -name "*.pyc" | LC_ALL=C sort | head -1)" | od -An -tx1')
+    out = run(client, torch_image, ["bash", "-c", compile_twice], user="root", environment={"STEP": step})
+    lines = out.split()
+    assert "same" in out, out[-2000:]
+    assert int(lines[lines.index("same") + 1]) > 500, out
+    assert lines[-4:] == ["03", "00", "00", "00"], f"the .pyc flags are not checked-hash: {out[-200:]}"
+    broken = (f'set -e; export start=0 root=/tmp/c b=/tmp/c/.b; mkdir -p "$b"; cp -r {site}/jinja2 "$root"/; '
+              f'printf "def broken(:\\n" > "$root/jinja2/zz_broken.py"; bash -o pipefail -c "$STEP"')
+    code, said = run_container_status(client, torch_image, broken, {"STEP": step})
+    assert code != 0 and "zz_broken.py" in said and "bytecode did not compile" in said, said[-2000:]
+
+
+def run_container_status(client: docker.DockerClient, image: str, script: str,
+                         environment: dict[str, str]) -> tuple[int, str]:
+    container = client.containers.run(image, ["bash", "-c", script], detach=True, user="root",
+                                      environment=environment)
+    try:
+        code = int(container.wait(timeout=600).get("StatusCode", -1))
+        return code, container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+
+
 def test_build_json_of_labels_matches_the_matrix(client: docker.DockerClient, torch_image: str) -> None:
     expected = load(MATRIX).variant(DEFAULT).labels()
     labels = client.images.get(torch_image).labels

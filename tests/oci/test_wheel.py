@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 import subprocess
 import sys
 import threading
@@ -85,7 +86,10 @@ def test_a_wheel_installs_file_for_file_as_the_builds_uv_installs_it(tmp_path: P
         subprocess.run([str(uv), "pip", "install", "--quiet", "--no-config", "--python",
                         str(venv / "bin" / "python"), "--no-deps", "--no-index", "--find-links",
                         f"http://127.0.0.1:{server.server_address[1]}/", "--no-cache", "demo==1.0"],
-                       check=True, timeout=120, capture_output=True)
+                       check=True, timeout=120, capture_output=True,
+                       # as the build's step runs it: no UV_* of this host (the Makefile exports
+                       # UV_COMPILE_BYTECODE for its own venv, which made uv write .pyc here)
+                       env={k: v for k, v in os.environ.items() if not k.startswith("UV_")})
     finally:
         server.shutdown()
         server.server_close()
