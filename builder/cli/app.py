@@ -576,8 +576,8 @@ def prune_cmd(
     from ..engine import client as engine
     from ..engine import prune
 
-    name = m.load(m.matrix_path(matrix)).facts.image.name if matrix is not None else None
-    names, freed = prune.prune(engine.connect(), bases, dry_run, name)
+    image_name = m.load(m.matrix_path(matrix)).facts.image.name if matrix is not None else None
+    names, freed = prune.prune(engine.connect(), bases, dry_run, image_name)
     for name in names:
         typer.echo(("would remove " if dry_run else "removed ") + name)
     if not dry_run:

@@ -4,14 +4,8 @@ than by the engine that built them.
 Each engine commits a layer with its own tar writer: Docker 20.10 writes the owners' names and the file-type
 bits in the mode field, 25+ neither, and overlay2 keeps files a step rewrote unchanged (useradd rewrites
 /etc/group) where the containerd snapshotter leaves them out. So one Dockerfile gives other layer bytes
-on each engine. `rewrite` reads the built image once (`docker save`) and writes each layer above the base
-again in one form:
-
-- only what differs from the layers below (an entry equal to the one beneath it, in kind, mode, owner,
-  time, content and xattrs, is left out; whiteouts always stay);
-- sorted by path, directories with a trailing slash, hard links pointing at the first name of their file;
-- POSIX pax headers: numeric owner, no owner names, permission bits only, whole-second times, and no pax
-  record but the ones a long name or an xattr needs.
+on each engine. `assemble` reads the built image once (`docker save`) and writes each layer above the base
+again in the one form `builder/oci/layer.py` decides (its docstring says the rules).
 
 The config is rebuilt from the fields the OCI image spec defines (no `docker_version`, no
 `container_config`), with the new diffIDs. The save is read once: each layer is indexed (every file hashed)

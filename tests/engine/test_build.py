@@ -19,6 +19,7 @@ import docker
 import pytest
 
 from builder.checks import layer_paths, records
+from builder.checks.smoke import run_container
 from builder.engine import client as engine
 from builder.engine import saved
 from builder.engine.bases import bootstrap
@@ -401,19 +402,9 @@ def test_bytecode_compiles_to_the_same_bytes_twice_and_a_bad_file_fails(client: 
     assert lines[-4:] == ["03", "00", "00", "00"], f"the .pyc flags are not checked-hash: {out[-200:]}"
     broken = (f'set -e; export start=0 root=/tmp/c b=/tmp/c/.b; mkdir -p "$b"; cp -r {site}/jinja2 "$root"/; '
               f'printf "def broken(:\\n" > "$root/jinja2/zz_broken.py"; bash -o pipefail -c "$STEP"')
-    code, said = run_container_status(client, torch_image, broken, {"STEP": step})
+    code, said = run_container(client, torch_image, ["bash", "-c", broken], 600, user="root",
+                               environment={"STEP": step})
     assert code != 0 and "zz_broken.py" in said and "bytecode did not compile" in said, said[-2000:]
-
-
-def run_container_status(client: docker.DockerClient, image: str, script: str,
-                         environment: dict[str, str]) -> tuple[int, str]:
-    container = client.containers.run(image, ["bash", "-c", script], detach=True, user="root",
-                                      environment=environment)
-    try:
-        code = int(container.wait(timeout=600).get("StatusCode", -1))
-        return code, container.logs().decode(errors="replace")
-    finally:
-        container.remove(force=True)
 
 
 def test_build_json_of_labels_matches_the_matrix(client: docker.DockerClient, torch_image: str) -> None:
