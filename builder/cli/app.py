@@ -252,7 +252,8 @@ def build_cmd(
     canonical: CanonicalOpt = False,
     record_digests: Annotated[bool, typer.Option(
         "--record-digests", help="with --canonical: write each image's config digest and diffIDs next to its "
-        "lock (locks/VARIANT.digests.json), where later builds are checked against them")] = False,
+        "lock (locks/VARIANT.digests.json), where later builds are checked against them; other digests "
+        "already committed are replaced only with --force")] = False,
 ) -> None:
     """Build the selected images through the Docker SDK and tag each with all its tags."""
     from ..engine import build as b
@@ -270,7 +271,8 @@ def build_cmd(
         raise UserError(f"--registry {hits!r}: expected HOST[:PORT][/NAMESPACE]")
     opts = b.BuildOptions(log_dir=log_dir.resolve(), force=force or no_cache or record_digests, no_cache=no_cache,
                           ca_bundle=ca_bundle, jobs=jobs, base_mirror=base_mirror, bootstrap_base=bootstrap_base,
-                          registry=hits or None, canonical=canonical, record_digests=record_digests)
+                          registry=hits or None, canonical=canonical, record_digests=record_digests,
+                          replace_digests=force)
     if record_digests and not canonical:
         raise UserError("--record-digests records a canonical image's digests: add --canonical")
     client = engine.connect()

@@ -23,14 +23,14 @@ from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
 from ..oci.layer import LayerError
-from ..plan import deblock, expected, lockfile
-from ..plan.context import HASH_LABEL, BuildInputs, context_tar, hash_ref
+from ..plan import deblock, expected, lockfile, render
+from ..plan.context import HASH_LABEL, BuildInputs, ContextFile, context_tar, files_digest, hash_ref, shipped
 from ..plan.layers import WHEEL_URL, wheel_layers
 from ..plan.project import Project
 from ..plan.render import verified_context
 from ..plan.wheelfiles import target_of
 from ..progress import Reporter
-from . import bases, canonical, normalise
+from . import bases, bytecode, canonical, direct, normalise
 from . import client as engine
 from .builder import Builder, BuildFailed, ClassicBuilder, Interrupted
 
@@ -49,6 +49,7 @@ class BuildOptions:
     # bytes from any engine, for a `docker save` and a `docker load` of the image.
     canonical: bool = False
     record_digests: bool = False  # write a canonical image's digests next to its lock (plan/expected)
+    replace_digests: bool = False  # with record_digests: also where other digests are committed (--force)
     # What turns a context into an image: the engine's classic builder unless another joins.
     builder: Callable[[docker.DockerClient], Builder] = ClassicBuilder
 
@@ -126,8 +127,22 @@ def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
         base = base_ref, canonical.Base.on(client, base_id)
     base_ref, found = base
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
-    shaping = canonical.VERSION if opts.canonical else normalise.VERSION
+    if writes_layers(v, opts):  # the skeleton the engine builds is an input too
+        shaping = f"{direct.VERSION} skeleton {files_digest(list(skeleton(v, project)))}"
+    else:
+        shaping = canonical.VERSION if opts.canonical else normalise.VERSION
     return BuildInputs(tuple(rendered), found.identity, ((arg, base_ref),), shaping, found.layers)
+
+
+def writes_layers(v: Variant, opts: BuildOptions) -> bool:
+    """Whether imgbuild writes `v`'s wheel and rootfs/ layers itself (engine/direct): a canonical build of
+    any image but a devel one on the archive's toolkit, whose steps need a running OS."""
+    return opts.canonical and not v.distro_toolkit
+
+
+def skeleton(v: Variant, project: Project) -> tuple[ContextFile, ...]:
+    """The context the engine builds when imgbuild writes the layers: the skeleton Dockerfile alone."""
+    return (render.dockerfile(v, project, shipped(v, project), skeleton=True),)
 
 
 def adopt_parent(client: docker.DockerClient, res: Resolution, v: Variant, ref: str) -> str:
@@ -175,9 +190,10 @@ def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, pro
     rep.begin(v.name, "checking the wheel cache")
     fetched = wheels.ensure(lockfile.parse(path.read_text(), str(path)), target, str(path), opts.ca_bundle,
                             lambda text: rep.say(v.name, text))
-    for layer in wheel_layers(v, project):
-        wheels.write_requirements(layer.text)
-    wheels.installer(res.facts.installer, opts.ca_bundle)
+    if not writes_layers(v, opts):  # the Dockerfile's wheel steps fetch these from the wheel server
+        for layer in wheel_layers(v, project):
+            wheels.write_requirements(layer.text)
+        wheels.installer(res.facts.installer, opts.ca_bundle)
     debs = deblock.read(project, v) if v.distro_toolkit else None
     if debs is not None:
         got = host_debs.ensure(debs, str(deblock.path(project, v)), opts.ca_bundle, lambda text: rep.say(v.name, text))
@@ -284,7 +300,8 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
     fetched = prepare_wheels(client, res, v, project, opts, rep)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = opts.log_dir / f"{v.name}.log"
-    tar = context_tar(build_inputs.files, v.source_date_epoch)
+    direct_layers = writes_layers(v, opts)
+    tar = context_tar(skeleton(v, project) if direct_layers else build_inputs.files, v.source_date_epoch)
     with wheel_server.serving():
         try:
             built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
@@ -301,7 +318,16 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
                                   f"the digests the Dockerfile names, so the step stopped before running them "
                                   f"(the port is held by {wheel_server.holder()})") from None
             raise
-    if opts.canonical:
+    if direct_layers:
+        try:
+            result = _write_direct(client, res, v, project, built, build_inputs, rep)
+        except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
+            raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
+        if problem := bytecode.pip_check(client, result.image_id, direct.VENV):
+            client.api.remove_image(result.image_id)
+            raise BuildFailed("pip check in the image", problem.splitlines()[-15:], log_path,
+                              "the image's installed distributions do not meet their requirements")
+    elif opts.canonical:
         rep.begin(v.name, "writing the layers above the base canonically")
         try:
             result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch)
@@ -313,7 +339,7 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
     image_id = result.image_id
     checked = ""
     if result.digests is not None:
-        checked, problem = _check_digests(project, v, result.digests, opts.record_digests, rep)
+        checked, problem = _check_digests(project, v, result.digests, opts.record_digests, opts.replace_digests, rep)
         if problem:
             return BuildResult(v.name, "failed", time.monotonic() - start, image_id, log=log_path,
                                message=f"image {image_id[:19]}, left untagged, is not what "
@@ -331,17 +357,32 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
                        client.images.get(image_id).attrs.get("Size"), log_path, fetched=fetched, digests=checked)
 
 
-def _check_digests(project: Project, v: Variant, got: expected.Digests, record: bool,
+def _write_direct(client: docker.DockerClient, res: Resolution, v: Variant, project: Project, built: str,
+                  build_inputs: BuildInputs, rep: Reporter) -> normalise.Normalised:
+    """The image from the engine's skeleton and the layers imgbuild writes (engine/direct), loaded while the
+    later layers are still being written."""
+    layers = wheel_layers(v, project)
+    rep.begin(v.name, f"writing {len(layers)} wheel layers and the rootfs/ layer, loading them as they are done")
+    with direct.temporary() as tmp, direct.writing(client, built, v, layers, target_of(res, v), build_inputs.files,
+                                                   Path(tmp), v.source_date_epoch) as pending:
+        return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
+                                  direct.VERSION)
+
+
+def _check_digests(project: Project, v: Variant, got: expected.Digests, record: bool, force: bool,
                    rep: Reporter) -> tuple[str, str | None]:
     """A canonical image against the digests committed next to its lock: (what was found, the problem)."""
-    if record:
+    want = expected.read(project, v)
+    problem = expected.difference(want, got) if want is not None else None
+    if record and (problem is None or force):
         rep.say(v.name, f"digests recorded in {expected.write(project, v, got)}")
         return "recorded", None
-    want = expected.read(project, v)
     if want is None:
-        rep.say(v.name, f"no committed digests ({expected.path(project, v)}) to compare with")
+        rep.say(v.name, f"no committed digests ({expected.path(project, v)}): run `imgbuild build --record-digests "
+                        f"--variant {v.name}` and commit the file")
         return "none", None
-    problem = expected.difference(want, got)
+    if record:
+        return "differs", f"{problem}; --record-digests replaces committed digests only with --force"
     if problem is None:
         rep.say(v.name, f"matches the committed digests: config {got.config[:19]}")
         return "matches", None

@@ -22,7 +22,7 @@ import json
 import re
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -34,6 +34,7 @@ from ..oci.layer import Indexed, Key, apply, archive_member, index, plan
 from ..plan.expected import Digests
 from . import saved
 from .client import containerd_store
+from .direct import FILES_STEP, Pending
 from .normalise import Normalised, engine_config, iso, load
 
 VERSION = layer.VERSION
@@ -84,9 +85,10 @@ def _config(config: dict[str, object], diff_ids: list[str], epoch: int) -> bytes
 
 @dataclass(frozen=True)
 class _Spooled:
-    path: Path  # the layer tar as the save gave it
+    path: Path | None  # the layer tar as the save gave it (or as imgbuild wrote it); None: not read
     layer: Indexed
-    diff_id: str  # the sha256 the save's read gave it
+    diff_id: str  # the sha256 the save's read gave it ("" for one imgbuild wrote)
+    fresh: bool = False  # written by imgbuild (engine/direct): planned against nothing below
 
 
 def _layers(client: docker.DockerClient, image_id: str, into: Path,
@@ -113,7 +115,7 @@ class _Assembly:
     the load overlap and no second copy of the image goes to disk. The diffIDs and the config are known
     once it is read to the end."""
 
-    def __init__(self, layers: list[_Spooled], keep: int, carry: bool, config: dict[str, object],
+    def __init__(self, layers: list[_Spooled | Pending], keep: int, carry: bool, config: dict[str, object],
                  epoch: int) -> None:
         self._layers, self._keep, self._carry, self._config, self._epoch = layers, keep, carry, config, epoch
         self.diff_ids: list[str] = []
@@ -123,26 +125,33 @@ class _Assembly:
     def chunks(self) -> Iterator[bytes]:
         view: dict[str, Key] = {}
         names: list[str] = []
-        for i, spooled in enumerate(self._layers):
+        for i, item in enumerate(self._layers):
             name = f"{i}/layer.tar"
-            with spooled.path.open("rb") as src:
-                if i < self._keep:
-                    diff_id, changes = spooled.diff_id, spooled.layer.written
-                    if self._carry:  # the base's bytes as they are, for a store that takes no layer by chain ID
-                        size = spooled.path.stat().st_size
-                        yield archive_member(name, size)
+            if isinstance(item, Pending):  # waits until its worker has written it
+                written = item.result()
+                item = _Spooled(written.path, written.layer, "", fresh=True)
+            spooled = item
+            if i < self._keep:
+                diff_id, changes = spooled.diff_id, spooled.layer.written
+                if self._carry:  # the base's bytes as they are, for a store that takes no layer by chain ID
+                    assert spooled.path is not None
+                    size = spooled.path.stat().st_size
+                    yield archive_member(name, size)
+                    with spooled.path.open("rb") as src:
                         while block := src.read(_BLOCK):
                             yield block
-                        yield b"\0" * (-size % tarfile.BLOCKSIZE)
-                else:
-                    planned, changes = plan(spooled.layer, view, self._epoch)
-                    self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
-                    yield archive_member(name, planned.size)
-                    digest = hashlib.sha256()
+                    yield b"\0" * (-size % tarfile.BLOCKSIZE)
+            else:
+                assert spooled.path is not None
+                planned, changes = plan(spooled.layer, {} if spooled.fresh else view, self._epoch)
+                self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
+                yield archive_member(name, planned.size)
+                digest = hashlib.sha256()
+                with spooled.path.open("rb") as src:
                     for chunk in layer.write(planned, src):
                         digest.update(chunk)
                         yield chunk
-                    diff_id = "sha256:" + digest.hexdigest()
+                diff_id = "sha256:" + digest.hexdigest()
             apply(view, changes)
             self.diff_ids.append(diff_id)
             names.append(name)
@@ -154,26 +163,50 @@ class _Assembly:
         yield b"\0" * tarfile.RECORDSIZE
 
 
-def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int) -> Normalised:
-    """The built image with every layer above the bottom `keep` (the base's) written canonically, and its
-    config; loaded, and its ID returned."""
+def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
+             written: Sequence[Pending] = (), version: str = VERSION) -> Normalised:
+    """The built image with every layer above the bottom `keep` (the base's) written canonically, then the
+    layers imgbuild wrote itself (`written`, engine/direct), and its config; loaded, and its ID returned.
+
+    The built image is read (`docker save`) only where something of it is rewritten or must travel along:
+    a skeleton on a runtime image that the engine holds by chain ID is not read at all."""
     layer.check_writer()
+    carry = containerd_store(client.info())
     with tempfile.TemporaryDirectory(prefix="imgbuild-canonical-") as tmp:
-        config, layers = _layers(client, built_id, Path(tmp), epoch)
-        assembly = _Assembly(layers, keep, containerd_store(client.info()), config, epoch)
+        known = engine_config(client, built_id) if not carry else None
+        diff_ids = list((known or {}).get("rootfs", {}).get("diff_ids") or [])  # type: ignore[attr-defined]
+        if known is not None and len(diff_ids) == keep:
+            config, below = known, [_Spooled(None, Indexed({}, {}), d) for d in diff_ids]
+        else:
+            config, below = _layers(client, built_id, Path(tmp), epoch)
+        layers: list[_Spooled | Pending] = [*below, *written]
+        if written:
+            config = {**config, "history": _with_steps(list(config.get("history") or []),  # type: ignore[call-overload]
+                                                       [w.created_by for w in written])}
+        assembly = _Assembly(layers, keep, carry, config, epoch)
         loaded = load(client, assembly.chunks())
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
                   if not h.get("empty_layer"))
     return Normalised(loaded or config_digest, (),
-                      Digests(VERSION, config_digest, tuple(assembly.diff_ids),
+                      Digests(version, config_digest, tuple(assembly.diff_ids),
                               steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped))
+
+
+def _with_steps(history: list[dict[str, object]], steps: list[str]) -> list[dict[str, object]]:
+    """The history with one entry for each layer imgbuild wrote, after the last step that made a layer: the
+    skeleton's later steps set only metadata."""
+    last = max((i for i, h in enumerate(history) if not h.get("empty_layer")), default=-1)
+    added: list[dict[str, object]] = [{"created_by": s} for s in steps]
+    return [*history[:last + 1], *added, *history[last + 1:]]
 
 
 def _step(created_by: str) -> str:
     """A layer's step in a few words: a wheel step by its layer's name, the others by their instruction."""
     if wheel := re.search(r"imgbuild: layer (\w+)", created_by):
         return f"wheel layer {wheel[1]}"
+    if created_by == FILES_STEP:
+        return "COPY rootfs/ /"
     if "#(nop) " in created_by:
         return created_by.split("#(nop) ", 1)[1].strip()[:100]
     return "RUN " + created_by.split(" -c ", 1)[-1].strip()[:96]

@@ -45,18 +45,27 @@ def _environment(project: Project) -> jinja2.Environment:
     )
 
 
-def dockerfile(v: Variant, project: Project, files: list[ContextFile]) -> ContextFile:
-    """The variant's Dockerfile; `files` are the context's other files, which its inputs label covers."""
+def dockerfile(v: Variant, project: Project, files: list[ContextFile], skeleton: bool = False) -> ContextFile:
+    """The variant's Dockerfile; `files` are the context's other files, which its inputs label covers.
+
+    With `skeleton`, what the engine builds when imgbuild writes the wheel layers and the rootfs/ layer itself
+    (engine/direct.py): the same Dockerfile without those steps, its labels (the inputs label included) the
+    Dockerfile's own."""
     template = ("Dockerfile.jupyter.j2" if v.flavor == "jupyter" else
                 "Dockerfile.toolkit.j2" if v.distro_toolkit else "Dockerfile.j2")
     labels = {**v.labels(), INPUTS_LABEL: _PLACEHOLDER}
     toolkit = {"debs": deblock.read(project, v), "packages": deblock.packages(v), "host_driver": deblock.HOST_DRIVER,
                "host_driver_control": deblock.HOST_DRIVER_CONTROL} if v.distro_toolkit else {}
-    draft = _environment(project).get_template(template).render(
-        v=v, labels=dict(sorted(labels.items())), wheel_layers=wheel_layers(v, project), wheel_url=WHEEL_URL,
-        **toolkit)
-    digest = files_digest([*files, ContextFile("Dockerfile", draft.encode(), REGULAR)])
-    return ContextFile("Dockerfile", draft.replace(_PLACEHOLDER, "sha256:" + digest).encode(), REGULAR)
+
+    def draft(bare: bool) -> str:
+        return _environment(project).get_template(template).render(
+            v=v, labels=dict(sorted(labels.items())), wheel_layers=[] if bare else wheel_layers(v, project),
+            wheel_url=WHEEL_URL, skeleton=bare, **toolkit)
+
+    whole = draft(False)
+    digest = files_digest([*files, ContextFile("Dockerfile", whole.encode(), REGULAR)])
+    text = draft(True) if skeleton else whole
+    return ContextFile("Dockerfile", text.replace(_PLACEHOLDER, "sha256:" + digest).encode(), REGULAR)
 
 
 def committed(v: Variant, project: Project) -> list[ContextFile]:

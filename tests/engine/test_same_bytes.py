@@ -1,8 +1,8 @@
 """One variant, the same bytes from every engine of the test bed: `imgbuild build --canonical` on the host
 engine (Docker 20.10, overlay2) and on Docker 28.5 with overlay2 and with the containerd image store gives
 one config digest and one list of diffIDs, and `imgbuild push` of it from each gives one manifest digest in
-the registry. The small variant takes every kind of step a torch image takes
-(the OS step, a wheel step, the rootfs COPY); the torch image's figures are in the README."""
+the registry, and the layers match committed values. The small variant takes every kind of layer a torch
+image has (the OS step, a wheel layer, the rootfs/ layer); the torch image's figures are in the README."""
 
 from __future__ import annotations
 
@@ -16,13 +16,17 @@ import pytest
 from builder.engine import client as engine
 from builder.engine import saved
 
-from ..conftest import imgbuild
+from ..conftest import ROOT, imgbuild
 from ..engines import InnerEngine
 from ..helpers import SMALL_VARIANT, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 NAME = "imgbuild-test-same-bytes"
 EPOCH = 1735689600
+# The small variant's layers that imgbuild writes itself: they depend on the locked wheels, the image's Python
+# (its bytecode) and the context alone, so they are the same wherever the test runs.
+WHEEL_LAYER = "sha256:613ec8ad4398d9bcb72580db66b8b8b1610c48194337eeb6f15097bf00b15bd4"
+FILES_LAYER = "sha256:34a4e5d0a6b998842be7daa5470078fba614c884abcb90ff729a4267193d62c0"
 
 
 def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str], client: docker.DockerClient,
@@ -59,8 +63,12 @@ def test_canonical_build_gives_the_same_bytes_on_every_engine(tmp_path: Path,
                                             f"{reg}/{store}")
     print(json.dumps(found, indent=1))
     assert len(set(map(json.dumps, found.values()))) == 1, found
-    # The base, then the three layers imgbuild wrote: the OS step, the wheel step, the rootfs COPY.
-    assert len(found["20.10 overlay2"][1]) == 4
+    # The bootstrapped base and the OS step are the default image's, as committed next to its lock; the wheel
+    # layer and the rootfs/ layer, written by imgbuild from six and packaging and the context, are these.
+    layers = found["20.10 overlay2"][1]
+    committed = json.loads((ROOT / "locks" / f"{SMALL_VARIANT}.digests.json").read_text())["layers"]
+    assert layers[:2] == committed[:2]
+    assert layers[2:] == [WHEEL_LAYER, FILES_LAYER]
 
 
 def test_committed_digests_are_checked_and_a_difference_names_its_layer(tmp_path: Path) -> None:
@@ -68,6 +76,11 @@ def test_committed_digests_are_checked_and_a_difference_names_its_layer(tmp_path
     other bytes fails, names the first layer that differs, and exits 1."""
     matrix = small_project(tmp_path, NAME)
     build = ("build", "--canonical", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), "--json")
+    result = imgbuild(*build, str(tmp_path / "none.json"), "--force", timeout=1800)
+    assert result.returncode == 0 and json.loads((tmp_path / "none.json").read_text())[0]["digests"] == "none"
+    said = " ".join((result.stdout + result.stderr).split())
+    assert f"no committed digests ({tmp_path / 'locks'}" in said, said[-2000:]
+    assert "run `imgbuild build --record-digests" in said, said[-2000:]
     result = imgbuild(*build, str(tmp_path / "recorded.json"), "--record-digests", timeout=1800)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     written = tmp_path / "locks" / f"{SMALL_VARIANT}.digests.json"
@@ -85,3 +98,11 @@ def test_committed_digests_are_checked_and_a_difference_names_its_layer(tmp_path
     assert result.returncode == 1, out[-3000:]
     assert "layer 2 (" in out and "committed sha256:0000000000" in out and str(written) in out, out[-3000:]
     assert json.loads((tmp_path / "differs.json").read_text())[0]["status"] == "failed"
+    # Recording over other committed digests takes --force; without it the file stays as it was.
+    changed = written.read_text()
+    result = imgbuild(*build, str(tmp_path / "kept.json"), "--record-digests", timeout=1800)
+    out = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 1 and "replaces committed digests only with --force" in out, out[-3000:]
+    assert written.read_text() == changed
+    result = imgbuild(*build, str(tmp_path / "replaced.json"), "--record-digests", "--force", timeout=1800)
+    assert result.returncode == 0 and json.loads(written.read_text())["config"] == recorded["image_id"]

@@ -1,0 +1,148 @@
+"""Bytecode compiled by the image's own Python, in a throwaway container of the image below the layer: the
+layer's .py files go in (`put_archive`), checked-hash .pyc files come out (`get_archive`), and nothing else of
+the container is kept. Any engine can do this, the test bed's engines in containers included: no bind mount,
+no network.
+
+The order and the split are fixed: four compileall processes, process i given every file whose 1-based rank
+in the sorted list is i modulo 4. A .pyc's bytes can depend on what its process compiled before (marshal's
+references, python/cpython#129724), so a pool's scheduling or the host's CPU count must not decide it. A file
+that does not compile fails the layer, naming it.
+
+With `pip`, the image's Python also installs the pip it bundles (`ensurepip`, the OS's own wheel) into the
+venv first, and its files come back with the bytecode: users and the smoke suite `pip install` in the image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+
+import docker
+import docker.errors
+
+from ..oci.tree import Node
+
+# Runs in the container as `python -c`, the venv's interpreter: argv = [prefix, pip (0/1)].
+_SCRIPT = r"""
+import csv, glob, importlib.util, os, subprocess, sys, sysconfig, tarfile
+prefix, pip = sys.argv[1], sys.argv[2] == "1"
+work = "/.imgbuild-compile"
+sources = [line for line in open(work + "/sources").read().split("\n") if line]
+
+added = []
+if pip:
+    subprocess.run([sys.executable, "-m", "ensurepip", "--default-pip"], check=True, stdout=subprocess.DEVNULL)
+    # pip's own files, as its RECORD names them: the ensurepip of Python < 3.12 also brings the OS's
+    # setuptools, which the layer's locked one replaces (an install over it would keep setuptools' newer
+    # version and leave the older one out)
+    site = sysconfig.get_paths()["purelib"]
+    record = glob.glob(site + "/pip-*.dist-info/RECORD")[0]
+    rows = csv.reader(open(record, newline=""))
+    added = sorted({os.path.normpath(os.path.join(site, row[0])) for row in rows
+                    if row and "__pycache__" not in row[0]})
+    sources = sorted(set(sources) | {p for p in added if p.endswith(".py")})
+else:
+    sources = sorted(sources)
+# The layer's sources go in after ensurepip, which would otherwise write its setuptools over the locked one's.
+with tarfile.open(work + "/sources.tar") as tar:
+    tar.extractall("/")
+procs = []
+for i in range(4):
+    part = "".join(s + "\n" for k, s in enumerate(sources) if (k + 1) % 4 == i)
+    if not part:  # compileall given no file compiles all of sys.path
+        continue
+    log = open(f"{work}/compile-{i}", "wb")
+    p = subprocess.Popen([sys.executable, "-m", "compileall", "-q", "-f", "--invalidation-mode", "checked-hash", "-i",
+                          "-"], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
+    p.stdin.write(part.encode())
+    p.stdin.close()
+    procs.append(p)
+failed = [p.wait() for p in procs]
+if any(failed):
+    for log in sorted(glob.glob(work + "/compile-*")):
+        sys.stdout.write(open(log).read())
+    sys.exit(3)
+with tarfile.open(work + "/out.tar", "w", format=tarfile.PAX_FORMAT) as out:
+    for path in added:
+        if not os.path.isdir(path) or os.path.islink(path):
+            out.add(path, path.lstrip("/"), recursive=False)
+    for source in sources:
+        out.add(importlib.util.cache_from_source(source), importlib.util.cache_from_source(source).lstrip("/"))
+"""
+
+
+# In the build hash and the committed digests' writer version: another script can give other .pyc bytes.
+SCRIPT_DIGEST = hashlib.sha256(_SCRIPT.encode()).hexdigest()[:12]
+COMPILE_LABEL = "io.imgbuild.compile"  # `imgbuild prune` removes one a killed run left
+
+
+def _tar(files: list[tuple[str, bytes]]) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer
+
+
+class CompileFailed(Exception):
+    """The image's Python did not compile a file of the layer (or ensurepip failed): its output."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    nodes: tuple[Node, ...]  # the .pyc files, and with pip its files: path, bytes, mode as the container had them
+
+
+def compile_layer(client: docker.DockerClient, image_id: str, prefix: str, sources: dict[str, bytes],
+                  pip: bool) -> Compiled:
+    """Compile `sources` (path under / without the slash: bytes) with `image_id`'s Python at /`prefix`."""
+    listing = "".join(f"/{p}\n" for p in sorted(sources)).encode()
+    buffer = _tar([(".imgbuild-compile/sources", listing), (".imgbuild-compile/sources.tar",
+                                                             _tar(sorted(sources.items())).getvalue())])
+    container = client.api.create_container(
+        image_id, entrypoint=[f"/{prefix}/bin/python", "-c", _SCRIPT], command=[f"/{prefix}", "1" if pip else "0"],
+        user="0:0", network_disabled=True, environment={"PYTHONDONTWRITEBYTECODE": "1"}, labels={COMPILE_LABEL: "1"},
+        host_config=client.api.create_host_config(network_mode="none"))
+    cid = container["Id"]
+    try:
+        client.api.put_archive(cid, "/", buffer.getvalue())
+        client.api.start(cid)
+        status = int(client.api.wait(cid).get("StatusCode", 1))
+        if status != 0:
+            said = client.api.logs(cid).decode(errors="replace").strip().splitlines()
+            raise CompileFailed("\n".join(said[-15:]) or f"exit status {status}")
+        stream, _ = client.api.get_archive(cid, "/.imgbuild-compile/out.tar")
+        outer = io.BytesIO(b"".join(stream))
+    finally:
+        client.api.remove_container(cid, force=True)
+    with tarfile.open(fileobj=outer) as wrapped:
+        member = wrapped.extractfile("out.tar")
+        assert member is not None
+        inner = io.BytesIO(member.read())
+    nodes = []
+    with tarfile.open(fileobj=inner) as tar:
+        for m in tar:
+            data = tar.extractfile(m).read() if m.isreg() else b""  # type: ignore[union-attr]
+            nodes.append(Node(m.name, data, m.mode & 0o7777, (m.uid, m.gid), m.linkname if m.issym() else ""))
+    return Compiled(tuple(nodes))
+
+
+def pip_check(client: docker.DockerClient, image_id: str, prefix: str) -> str | None:
+    """`pip check` in the image: None when every installed distribution's requirements are met, else what
+    pip said."""
+    container = client.api.create_container(
+        image_id, entrypoint=[f"/{prefix}/bin/python", "-m", "pip", "check", "--disable-pip-version-check"],
+        command=[], network_disabled=True, labels={COMPILE_LABEL: "1"},
+        host_config=client.api.create_host_config(network_mode="none"))
+    cid = container["Id"]
+    try:
+        client.api.start(cid)
+        status = int(client.api.wait(cid).get("StatusCode", 1))
+        said = client.api.logs(cid).decode(errors="replace").strip()
+    finally:
+        client.api.remove_container(cid, force=True)
+    return None if status == 0 else (said or f"exit status {status}")

@@ -1,0 +1,146 @@
+"""The layers imgbuild writes itself: each wheel layer straight from the locked wheel files (`oci.wheel`),
+its bytecode compiled by the image's own Python (`bytecode`), and the image's files from the context's
+rootfs/. The engine builds only the skeleton: the Dockerfile's OS stage and its metadata, without the wheel
+steps and the rootfs/ copy (plan.render.skeleton). `canonical.assemble` then writes the image from both.
+
+A layer written here is planned against nothing below it: every file, and every ancestor directory with
+the owner and mode `tree.Rule` gives, is in its tar, so its bytes depend on its own inputs alone (the nvidia
+layer is the same on every OS of one Python) and no engine invents a directory on extraction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+from ..errors import UserError
+from ..host import wheels
+from ..matrix.variant import Variant
+from ..oci import layer, tree, wheel
+from ..oci.layer import Indexed
+from ..plan import lockfile
+from ..plan.context import ROOTFS, ContextFile
+from ..plan.layers import WheelLayer
+from ..plan.wheelfiles import Target
+from . import bytecode
+
+VERSION = f"direct 1 ({layer.VERSION}, {wheel.INSTALLER.decode().strip()} installer, bytecode {bytecode.SCRIPT_DIGEST})"
+# What the Dockerfile's OS stage makes (templates/_os.j2): the venv, owned by the default user and group 0.
+VENV = "opt/venv"
+VENV_OWNER = (1000, 0)
+FILES_STEP = "imgbuild: files rootfs/ /"
+# Layers written at once: each one's unzipping, hashing and writing mostly runs outside the GIL (zlib,
+# hashlib, file I/O), so two or three threads keep the CPUs busy while the engine loads.
+WORKERS = max(1, min(3, (os.cpu_count() or 1)))
+
+
+@dataclass(frozen=True)
+class Written:
+    """A layer written here, not yet canonical: its plain tar on disk, that tar read once, and its step."""
+
+    path: Path
+    layer: Indexed
+    created_by: str
+
+
+def _spooled(path: Path, fill: Callable[[tree.Spool], None], rule: tree.Rule, epoch: int) -> Indexed:
+    with path.open("w+b") as out:
+        spool = tree.Spool(out, rule, epoch)
+        fill(spool)
+        spool.close()
+        out.seek(0)
+        return layer.index(out, epoch)
+
+
+def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelLayer, target: Target,
+                pip: bool, into: Path, epoch: int) -> Written:
+    """One wheel layer: its wheels installed as files, then their bytecode (and with `pip`, pip) from a
+    container of the image `below`."""
+    venv = wheel.Venv(VENV, python)
+    rule = tree.Rule(VENV, VENV_OWNER)
+    entries = lockfile.parse(wl.text, f"layer {wl.name}").entries
+    paths = []
+    for entry in entries:
+        found = wheels.cached(entry, target)
+        if found is None:  # prepare_wheels made every one present just before
+            raise UserError(f"{entry.name}=={entry.version} is not in the wheel cache ({wheels.root()}); run the "
+                            f"build again")
+        paths.append(found)
+
+    def fill(spool: tree.Spool) -> None:
+        sources: dict[str, bytes] = {}
+        for path in sorted(paths, key=lambda p: p.name):
+            try:
+                files = wheel.install(path.name, path.read_bytes(), venv)
+            except wheel.WheelError as exc:
+                raise UserError(f"layer {wl.name}: {exc}") from None
+            for f in files:
+                spool.add(rule.node(f.path, f.data, f.mode))
+                if f.path.endswith(".py"):
+                    sources[f.path] = f.data
+        try:
+            compiled = bytecode.compile_layer(client, below, VENV, sources, pip)
+        except bytecode.CompileFailed as exc:
+            raise layer.LayerError(f"layer {wl.name}: bytecode did not compile:\n{exc}") from None
+        for node in compiled.nodes:
+            spool.add(rule.node(node.path, node.data, node.mode & 0o755, node.link))
+
+    path = into / f"wheels-{wl.name}.tar"
+    return Written(path, _spooled(path, fill, rule, epoch), wheel_step(wl))
+
+
+def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Written:
+    """The context's rootfs/ as one layer rooted at /, root-owned, modes from the context."""
+    mine = [f for f in files if f.path.startswith(ROOTFS + "/")]
+    rule = tree.Rule("", (0, 0))
+
+    def fill(spool: tree.Spool) -> None:
+        for f in mine:
+            spool.add(rule.node(f.path.removeprefix(ROOTFS + "/"), f.content, f.mode))
+
+    path = into / "files.tar"
+    return Written(path, _spooled(path, fill, rule, epoch), FILES_STEP)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A layer being written on a worker thread: its step is known at once, its tar when `result` returns."""
+
+    created_by: str
+    result: Callable[[], Written]
+
+
+@contextlib.contextmanager
+def writing(client: docker.DockerClient, skeleton: str, v: Variant, layers: list[WheelLayer], target: Target,
+            files: tuple[ContextFile, ...], into: Path, epoch: int) -> Iterator[list[Pending]]:
+    """Every layer imgbuild writes for `v` above its skeleton image, bottom first, written on worker threads
+    while the caller loads the ones already done: unzipping a wheel layer overlaps the engine's storing of the
+    one below. Leaving the block cancels what has not started and waits for the rest."""
+    pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="imgbuild-layer")
+    try:
+        pending = []
+        for i, wl in enumerate(layers):
+            pip = v.flavor != "jupyter" and i == len(layers) - 1  # the runtime's last layer brings pip
+            future = pool.submit(wheel_layer, client, skeleton, v.python, wl, target, pip, into, epoch)
+            pending.append(Pending(wheel_step(wl), future.result))
+        if any(f.path.startswith(ROOTFS + "/") for f in files):
+            future = pool.submit(files_layer, files, into, epoch)
+            pending.append(Pending(FILES_STEP, future.result))
+        yield pending
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def wheel_step(wl: WheelLayer) -> str:
+    return f"imgbuild: layer {wl.name}: {wl.summary}"
+
+
+def temporary() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="imgbuild-layers-")

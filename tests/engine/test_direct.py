@@ -1,0 +1,72 @@
+"""The layers imgbuild writes itself (builder/engine/direct.py) against the real engine: a wheel whose file does
+not compile fails the build, naming the file, with nothing tagged and no container or temporary file left."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from builder.engine import client as engine
+from builder.engine.bytecode import COMPILE_LABEL
+
+from ..conftest import imgbuild
+from ..helpers import SMALL_VARIANT, small_project
+
+pytestmark = [pytest.mark.engine]
+NAME = "imgbuild-test-direct"
+
+
+def _record(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}\n"
+
+
+def broken_wheel() -> tuple[str, bytes]:
+    """A wheel whose module has a syntax error: every installer unpacks it; only compiling finds it."""
+    files = {"brokenpkg/__init__.py": b"X = 1\n", "brokenpkg/zz_broken.py": b"def broken(:\n",
+             "brokenpkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: brokenpkg\nVersion: 1.0\n",
+             "brokenpkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                              b"Tag: py3-none-any\n"}
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in files.items():
+            z.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), data)
+        z.writestr("brokenpkg-1.0.dist-info/RECORD",
+                   "".join(_record(n, d) for n, d in files.items()) + "brokenpkg-1.0.dist-info/RECORD,,\n")
+    return "brokenpkg-1.0-py3-none-any.whl", out.getvalue()
+
+
+def test_a_file_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) -> None:
+    client = engine.connect()
+    matrix = small_project(tmp_path / "project", NAME)
+    cache = tmp_path / "cache"
+    name, data = broken_wheel()
+    sha = hashlib.sha256(data).hexdigest()
+    (cache / "imgbuild" / "wheels" / "files").mkdir(parents=True)
+    (cache / "imgbuild" / "wheels" / "sha256").mkdir()
+    (cache / "imgbuild" / "wheels" / "files" / name).write_bytes(data)
+    (cache / "imgbuild" / "wheels" / "sha256" / sha).symlink_to(f"../files/{name}")
+    lock = tmp_path / "project" / "locks" / f"{SMALL_VARIANT}.txt"
+    lock.write_text(lock.read_text() + f"brokenpkg==1.0 \\\n    --hash=sha256:{sha}\n")
+    assert imgbuild("render", "--matrix", str(matrix), "--variant", SMALL_VARIANT).returncode == 0
+    temporaries = set(Path(tempfile.gettempdir()).glob("imgbuild-*"))
+    before = {str(i.id) for i in client.images.list(name=NAME)}
+    result = imgbuild("base", "bootstrap", "debian12", timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    result = imgbuild("build", "--canonical", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
+                      "--json", str(tmp_path / "r.json"), timeout=1200, env={"XDG_CACHE_HOME": str(cache)})
+    said = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 1, said[-3000:]
+    assert "bytecode did not compile" in said and "zz_broken.py" in said and "Traceback" not in said, said[-3000:]
+    assert json.loads((tmp_path / "r.json").read_text())[0]["status"] == "failed"
+    assert {str(i.id) for i in client.images.list(name=NAME)} == before
+    assert client.containers.list(all=True, filters={"label": COMPILE_LABEL}) == []
+    assert set(Path(tempfile.gettempdir()).glob("imgbuild-*")) <= temporaries
+
