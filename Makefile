@@ -63,9 +63,10 @@ bench: setup test-engine
 	$(BIN)/uv sync --frozen --extra dev --extra bench --quiet
 	$(BIN)/python bench/bench.py
 
-## The cold build on each engine of the test bed (20.10, 28.5 overlay2, 28.5 containerd store), plain and
-## --canonical, against the naive Dockerfile on the same engine: bench/results/engines.{md,json}. About 30
-## minutes at BENCH_RUNS=1 (its default); removes what it builds, and the inner engines.
+## The cold build on each engine of the test bed (20.10, 28.5 overlay2, 28.5 containerd store) against the
+## naive Dockerfile on the same engine, and the image against its committed digests there:
+## bench/results/engines.{md,json}. About 25 minutes at BENCH_RUNS=1 (its default); removes what it builds,
+## and the inner engines.
 bench-engines: setup test-engine
 	$(BIN)/uv sync --frozen --extra dev --extra bench --quiet
 	$(BIN)/python bench/bench.py --engines
@@ -99,7 +100,7 @@ verify-repro: setup engine
 	$(BIN)/imgbuild verify-repro $(REPRO_VARIANT) --rebootstrap $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 
 ## The torch image's committed manifest (not in CI: ~8 minutes, the compression of 6 GB on 2 CPUs): the default
-## image built --canonical, pushed to a local docker-registry, and its manifest digest checked against its lock's.
+## image built, pushed to a local docker-registry, and its manifest digest checked against its lock's.
 verify-digests: setup test-engine
 	$(BIN)/pytest -m heavy tests/engine/test_build.py
 

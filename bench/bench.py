@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import statistics
@@ -32,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from builder.engine import client as engine  # noqa: E402  (the project root, above)
+from builder.engine.build import skeleton  # noqa: E402
 from builder.host import wheels  # noqa: E402
 from builder.matrix.resolve import load  # noqa: E402
 from builder.plan import lockfile  # noqa: E402
@@ -130,34 +130,6 @@ def naive_build(env: dict[str, str] | None = None, network: tuple[str, ...] = ()
     finally:
         (context / "host-ca.pem").unlink()
     return seconds
-
-
-_STARTS = re.compile(r"^imgbuild step starts: (.*)$", re.M)
-_STEP = re.compile(r"^Step (\d+)/\d+ : ")
-_LAYER = re.compile(r"^imgbuild: layer (\w+): uv install (\d+) s, bytecode (\d+) s, owner and times (\d+) s")
-
-
-def wheel_steps(log: Path) -> list[dict[str, float | str]]:
-    """Per wheel layer: the step's whole time (from the step start times the build log ends with), what the
-    RUN itself said it spent (uv, bytecode, owner and times), and the rest: starting the step's container and
-    committing its layer."""
-    text = log.read_text()
-    found = _STARTS.search(text)
-    if found is None:
-        raise SystemExit(f"bench: {log} has no step times")
-    starts = dict(pair.split("=") for pair in found[1].split())
-    order = list(starts)
-    steps, current = [], ""
-    for line in text.splitlines():
-        if m := _STEP.match(line):
-            current = m[1]
-        elif (m := _LAYER.match(line)) and current:
-            after = order[order.index(current) + 1]
-            total = float(starts[after]) - float(starts[current])
-            uv, compiled, owner = int(m[2]), int(m[3]), int(m[4])
-            steps.append({"layer": m[1], "total": total, "uv": uv, "bytecode": compiled, "owner": owner,
-                          "commit": total - uv - compiled - owner})
-    return steps
 
 
 # ---- the registry --------------------------------------------------------------------------------------
@@ -291,7 +263,6 @@ def main() -> None:
         ("naive_cold", "s"), ("imgbuild_cold_warm_cache", "s"), ("imgbuild_cold_cold_cache", "s"),
         ("unchanged_imgbuild", "s"), ("unchanged_docker", "s"), ("registry_pull", "s"),
         ("pip_install", "s"), ("uv_install", "s"))}
-    steps: list[list[dict[str, float | str]]] = []
     image_ids: set[str] = set()
     try:
         say(f"{RUNS} rounds of cold builds: naive, imgbuild with a warm wheel cache, with a cold one")
@@ -312,20 +283,24 @@ def main() -> None:
             r = imgbuild_build(VARIANT, work / f"warm{i}", "--no-cache")
             s["imgbuild_cold_warm_cache"].values.append(float(r["wall"]))  # type: ignore[arg-type]
             image_ids.add(str(r["image_id"]))
-            steps.append(wheel_steps(work / f"warm{i}" / f"{VARIANT}.log"))
             say(f"round {i + 1}: imgbuild, warm wheel cache {r['wall']:.1f} s")
         prime = imgbuild_build(VARIANT, work / "prime")  # up to date: the image the later phases measure
         image_ids.add(str(prime["image_id"]))
-        say("unchanged variant: imgbuild (a new process each time) against docker build of the same context")
+        say("unchanged variant: imgbuild (a new process each time) against docker build of what the engine builds")
         built = str(prime["image_id"])
         build_hash = client.images.get(built).labels[HASH_LABEL]
+        context = work / "skeleton"  # the Dockerfile the engine builds: the OS stage and the metadata
+        context.mkdir()
+        matrix = ROOT / "matrix.yaml"
+        engine_built = skeleton(load(matrix).variant(VARIANT), Project.for_matrix(matrix))
+        (context / "Dockerfile").write_bytes(engine_built[0].content)
         for _ in range(max(RUNS, 5)):
             seconds, done = timed([IMGBUILD, "build", "--variant", VARIANT, "--log-dir", str(work / "unchanged")])
             assert "up-to-date" in done.stdout, done.stdout
             s["unchanged_imgbuild"].values.append(seconds)
             seconds, _ = timed(["docker", "build", "--quiet", "--network", "host", "--build-arg",
                                 f"BASE_IMAGE={BASE}", "--label", f"{HASH_LABEL}={build_hash}",
-                                str(ROOT / "images" / VARIANT)], env={"DOCKER_BUILDKIT": "0"})
+                                str(context)], env={"DOCKER_BUILDKIT": "0"})
             s["unchanged_docker"].values.append(seconds)
 
         say("size: the image, its files checked against their wheels' RECORDs, the floor")
@@ -386,7 +361,7 @@ def main() -> None:
         "base_size": base_size, "wheels_installed": installed, "wheels_download": download, "pyc": pyc,
         "pyc_twice": twice,
         "record_files_checked": checked, "record_mismatches": bad, "smoke": "\n".join(smoke.stdout.splitlines()[-8:]),
-        "smoke_seconds": smoke_seconds, "cold_image_ids": sorted(image_ids), "steps": steps,
+        "smoke_seconds": smoke_seconds, "cold_image_ids": sorted(image_ids),
         "sizes": sizes, "shared_other": shared_bytes(layers[VARIANT], layers[OTHER]),
         "shared_jupyter": shared_bytes(layers[VARIANT], layers[JUPYTER]),
         "jupyter_runtime_layers_below": layers[JUPYTER][:len(layers[VARIANT])] == layers[VARIANT],
@@ -407,11 +382,10 @@ ENGINE_RUNS = int(os.environ.get("BENCH_RUNS", "1"))
 def engines_main() -> None:
     """`make bench-engines`: the cold build with a warm wheel cache on each engine of the test bed (the host's
     Docker 20.10, and Docker 28.5 with overlay2 and with the containerd store, started beside it by the test
-    harness and removed after), plain and --canonical, with the naive Dockerfile as the baseline on the same
-    engine in the same invocation, and `imgbuild test` of the canonical image there. Every build here runs
-    with the host's network (--network host for the naive one too): the inner engines have no NAT.
-    BENCH_RUNS rounds (default 1 here: about 10 minutes an engine). The --canonical build of the default
-    image is checked against its committed digests on each."""
+    harness and removed after), against the naive Dockerfile on the same engine in the same invocation, and
+    `imgbuild test` of the image there. Every build here runs with the host's network (--network host for
+    the naive one too): the inner engines have no NAT. BENCH_RUNS rounds (default 1 here: about 8 minutes an
+    engine). The build of the default image is checked against its committed digests on each."""
     from tests.engines import inner_engine  # the test bed's engines: the bench measures on the same ones
 
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -423,23 +397,20 @@ def engines_main() -> None:
         if engine.image_or_none(client, BASE) is None:
             say(f"{label}: bootstrapping {BASE}")
             timed([IMGBUILD, "base", "bootstrap", "debian12"], env=env)
-        s = {k: Series(k, "s") for k in ("naive", "plain", "canonical")}
+        s = {k: Series(k, "s") for k in ("naive", "imgbuild")}
         digests: set[str] = set()
         smoke: set[str] = set()
         for i in range(ENGINE_RUNS):
             remove_built(client)
             s["naive"].values.append(naive_build(env, ("--network", "host")))
             remove_built(client)
-            r = imgbuild_build(VARIANT, work / f"{label}-plain{i}", "--no-cache", env=env)
-            s["plain"].values.append(float(r["wall"]))  # type: ignore[arg-type]
-            remove_built(client)
-            r = imgbuild_build(VARIANT, work / f"{label}-canonical{i}", "--no-cache", "--canonical", env=env)
-            s["canonical"].values.append(float(r["wall"]))  # type: ignore[arg-type]
+            r = imgbuild_build(VARIANT, work / f"{label}-build{i}", "--no-cache", env=env)
+            s["imgbuild"].values.append(float(r["wall"]))  # type: ignore[arg-type]
             digests.add(str(r["digests"]))
             _, tested = timed([IMGBUILD, "test", "--variant", VARIANT], env=env)  # the smoke suite, no GPU here
             smoke.add(tested.stdout.strip().splitlines()[-1])
-            say(f"{label} round {i + 1}: naive {s['naive'].values[-1]:.1f} s, imgbuild {s['plain'].values[-1]:.1f} "
-                f"s, --canonical {s['canonical'].values[-1]:.1f} s (committed digests: {r['digests']})")
+            say(f"{label} round {i + 1}: naive {s['naive'].values[-1]:.1f} s, imgbuild "
+                f"{s['imgbuild'].values[-1]:.1f} s (committed digests: {r['digests']})")
         remove_built(client)
         version = client.version().get("Version")
         rows[label] = {"engine": f"Docker {version}", "digests": sorted(digests), "smoke": sorted(smoke),
@@ -470,14 +441,12 @@ def engines_table(rows: dict[str, dict[str, object]]) -> str:
              f"Medians of {ENGINE_RUNS} run(s) (min-max). Cold: `--no-cache`, every image but the base removed. "
              "Ratios against the naive Dockerfile built on the same engine in the same invocation.",
              "",
-             "| engine | naive | imgbuild | ratio | imgbuild --canonical | ratio | committed digests | "
-             "`imgbuild test` |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| engine | naive | imgbuild | ratio | committed digests | `imgbuild test` |",
+             "|---|---|---|---|---|---|"]
     for label, row in rows.items():
         cells, med = row["cells"], row["medians"]
-        lines.append(f"| {label} ({row['engine']}) | {cells['naive']} | {cells['plain']} | "  # type: ignore[index]
-                     f"{versus(med['naive'], med['plain'])} | {cells['canonical']} | "  # type: ignore[index]
-                     f"{versus(med['naive'], med['canonical'])} | {', '.join(row['digests'])} | "  # type: ignore[index, arg-type]
+        lines.append(f"| {label} ({row['engine']}) | {cells['naive']} | {cells['imgbuild']} | "  # type: ignore[index]
+                     f"{versus(med['naive'], med['imgbuild'])} | {', '.join(row['digests'])} | "  # type: ignore[index, arg-type]
                      f"{'; '.join(row['smoke'])} |")  # type: ignore[arg-type]
     return "\n".join(lines) + "\n"
 
@@ -490,9 +459,6 @@ def report(f: dict[str, object], s: dict[str, Series]) -> str:
     gb: Callable[[object], str] = lambda n: f"{int(n) / 1e9:.2f} GB"  # type: ignore[call-overload]  # noqa: E731
     naive, warm = s["naive_cold"].median, s["imgbuild_cold_warm_cache"].median
     cold = s["imgbuild_cold_cold_cache"].median
-    steps = [step for run in f["steps"] for step in run]  # type: ignore[attr-defined]
-    commit = statistics.median(sum(float(x["commit"]) for x in run) for run in f["steps"])  # type: ignore[attr-defined]
-    writing = statistics.median(sum(float(x["total"]) for x in run) for run in f["steps"])  # type: ignore[attr-defined]
     floor = int(f["base_size"]) + int(f["wheels_installed"])  # type: ignore[call-overload]
     size = int(f["image_size"])  # type: ignore[call-overload]
     lines = [
@@ -526,22 +492,6 @@ def report(f: dict[str, object], s: dict[str, Series]) -> str:
         f"{int(f['disk_unique']) / int(f['sum_sizes']):.2f}x | - | - |",  # type: ignore[call-overload]
         f"| lever: install the locked wheels, uv | {s['uv_install'].cell()} | pip {s['pip_install'].cell()} | "
         f"{ratio(s['pip_install'].median, s['uv_install'].median)} faster | - | - |",
-        "",
-        "Where a cold build's time goes (median over the warm-cache runs; the classic builder commits a layer by "
-        "reading all of it into a tar and hashing it):",
-        "",
-        "| wheel layer | step | uv install | bytecode | owner and times | container start and commit |",
-        "|---|---|---|---|---|---|",
-    ]
-    for layer in ("nvidia", "torch", "rest"):
-        rows = [x for x in steps if x["layer"] == layer]
-        med = {k: statistics.median(float(x[k]) for x in rows) for k in ("total", "uv", "bytecode", "owner", "commit")}
-        lines.append(f"| {layer} | {med['total']:.1f} s | {med['uv']:.0f} s | {med['bytecode']:.0f} s | "
-                     f"{med['owner']:.0f} s | {med['commit']:.1f} s |")
-    lines += [
-        "",
-        f"The three wheel steps take {writing:.0f} s of the {warm:.0f} s cold build; {commit:.0f} s of it is the "
-        f"engine starting containers and committing {gb(int(f['image_size']) - int(f['base_size']))} of layers.",  # type: ignore[call-overload]
         "",
         f"Size floor = the base with the distro packages ({gb(f['base_size'])}) + the locked wheels installed "
         f"({gb(f['wheels_installed'])}; {gb(f['wheels_download'])} to download). The image adds "

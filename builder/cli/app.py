@@ -37,9 +37,6 @@ OsOpt = Annotated[str | None, typer.Option("--os", help="e.g. ubuntu24.04")]
 FlavorOpt = Annotated[str | None, typer.Option("--flavor", help="runtime, devel or jupyter")]
 VariantOpt = Annotated[str | None, typer.Option("--variant", help="an image by name, tag or alias")]
 AllOpt = Annotated[bool, typer.Option("--all", help="every matching image, not only the defaults' one")]
-CanonicalOpt = Annotated[bool, typer.Option(
-    "--canonical", help="write every layer above the base and the config in imgbuild's own form: the same bytes "
-    "from any engine, for one more `docker save` and `docker load` of the image")]
 
 
 def _filters(os: str | None, cuda: str | None, pytorch: str | None, flavor: str | None,
@@ -249,9 +246,8 @@ def build_cmd(
     parent: Annotated[str | None, typer.Option(
         "--parent", help="REPOSITORY@DIGEST: build the one selected child image on exactly this runtime image, "
         "pulled by digest, instead of building its runtime image")] = None,
-    canonical: CanonicalOpt = False,
     record_digests: Annotated[bool, typer.Option(
-        "--record-digests", help="with --canonical: write each image's config digest and diffIDs next to its "
+        "--record-digests", help="write each image's config digest and diffIDs next to its "
         "lock (locks/VARIANT.digests.json), where later builds are checked against them; other digests "
         "already committed are replaced only with --force")] = False,
 ) -> None:
@@ -271,10 +267,8 @@ def build_cmd(
         raise UserError(f"--registry {hits!r}: expected HOST[:PORT][/NAMESPACE]")
     opts = b.BuildOptions(log_dir=log_dir.resolve(), force=force or no_cache or record_digests, no_cache=no_cache,
                           ca_bundle=ca_bundle, jobs=jobs, base_mirror=base_mirror, bootstrap_base=bootstrap_base,
-                          registry=hits or None, canonical=canonical, record_digests=record_digests,
+                          registry=hits or None, record_digests=record_digests,
                           replace_digests=force)
-    if record_digests and not canonical:
-        raise UserError("--record-digests records a canonical image's digests: add --canonical")
     client = engine.connect()
     if parent is not None:
         if len(variants) != 1:
@@ -356,7 +350,6 @@ def verify_repro_cmd(
     rebootstrap: Annotated[bool, typer.Option(
         "--rebootstrap", help="make the OS base anew from the archive before each build")] = False,
     log_dir: Annotated[Path, typer.Option("--log-dir", help="where each build's whole log goes")] = Path("logs"),
-    canonical: CanonicalOpt = False,
 ) -> None:
     """Build VARIANT twice without cache and compare: "reproducible: <image id>", or what differs; and name
     each entry of a layer that its step was not meant to write."""
@@ -369,7 +362,7 @@ def verify_repro_cmd(
     res = m.load(path)
     chosen = select(res, Filters(variant=variant))
     opts = b.BuildOptions(log_dir=log_dir.resolve(), force=True, no_cache=True,
-                          ca_bundle=ca_bundle, bootstrap_base=True, canonical=canonical)
+                          ca_bundle=ca_bundle, bootstrap_base=True)
     client = engine.connect()
     try:
         with reporter() as rep:
@@ -497,7 +490,6 @@ def lookup_cmd(
         "--bootstrap-base", help="bootstrap the OS base when it is neither here nor pullable")] = False,
     matrix: MatrixOpt = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="write what was found")] = None,
-    canonical: CanonicalOpt = False,
 ) -> None:
     """Is an image of these build inputs staged, and already published? Registry-side: nothing is pulled."""
     from ..engine import build as b
@@ -511,7 +503,7 @@ def lookup_cmd(
     for option, value in (("--staging", staging), ("--public", public)):
         if value is not None and not patterns.matches(patterns.REGISTRY, value):
             raise UserError(f"{option} {value!r}: expected HOST[:PORT][/NAMESPACE]")
-    opts = b.BuildOptions(log_dir=Path("logs").resolve(), bootstrap_base=bootstrap_base, canonical=canonical)
+    opts = b.BuildOptions(log_dir=Path("logs").resolve(), bootstrap_base=bootstrap_base)
     try:
         base = promote.parent_base(v, parent) if parent else None
         build_inputs = b.inputs(engine.connect(), res, v, Project.for_matrix(path), opts, base)

@@ -4,6 +4,7 @@ its tags only once it succeeded."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -45,9 +46,6 @@ class BuildOptions:
     jobs: int = 1
     base_mirror: str | None = None  # a registry prefix standing in for Docker Hub / nvcr.io
     bootstrap_base: bool = False  # bootstrap an OS base that is neither here nor pullable
-    # Write every layer above the base, and the config, in imgbuild's own form (engine/canonical): the same
-    # bytes from any engine, for a `docker save` and a `docker load` of the image.
-    canonical: bool = False
     record_digests: bool = False  # write a canonical image's digests next to its lock (plan/expected)
     replace_digests: bool = False  # with record_digests: also where other digests are committed (--force)
     # What turns a context into an image: the engine's classic builder unless another joins.
@@ -65,7 +63,7 @@ class BuildResult:
     log: Path | None = None
     message: str = ""
     fetched: wheels.Fetched | None = None  # what the host's wheel cache had to download for this build
-    digests: str = ""  # a canonical image against its committed digests: matches | recorded | none
+    digests: str = ""  # the image against its committed digests: matches | recorded | differs | other base | none
 
 
 def order(res: Resolution, variants: list[Variant]) -> list[list[Variant]]:
@@ -127,17 +125,18 @@ def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
         base = base_ref, canonical.Base.on(client, base_id)
     base_ref, found = base
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
-    if writes_layers(v, opts):  # the skeleton the engine builds is an input too
+    if writes_layers(v):  # the skeleton the engine builds is an input too
         shaping = f"{direct.VERSION} skeleton {files_digest(list(skeleton(v, project)))}"
     else:
-        shaping = canonical.VERSION if opts.canonical else normalise.VERSION
+        shaping = canonical.VERSION
     return BuildInputs(tuple(rendered), found.identity, ((arg, base_ref),), shaping, found.layers)
 
 
-def writes_layers(v: Variant, opts: BuildOptions) -> bool:
-    """Whether imgbuild writes `v`'s wheel and rootfs/ layers itself (engine/direct): a canonical build of
-    any image but a devel one on the archive's toolkit, whose steps need a running OS."""
-    return opts.canonical and not v.distro_toolkit
+def writes_layers(v: Variant) -> bool:
+    """Whether imgbuild writes `v`'s wheel and rootfs/ layers itself (engine/direct): every image but a devel
+    one on the archive's toolkit, whose steps need a running OS (its layers are written again canonically
+    from the engine's build instead, engine/canonical)."""
+    return not v.distro_toolkit
 
 
 def skeleton(v: Variant, project: Project) -> tuple[ContextFile, ...]:
@@ -190,7 +189,7 @@ def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, pro
     rep.begin(v.name, "checking the wheel cache")
     fetched = wheels.ensure(lockfile.parse(path.read_text(), str(path)), target, str(path), opts.ca_bundle,
                             lambda text: rep.say(v.name, text))
-    if not writes_layers(v, opts):  # the Dockerfile's wheel steps fetch these from the wheel server
+    if not writes_layers(v):  # the Dockerfile's wheel steps fetch these from the wheel server
         for layer in wheel_layers(v, project):
             wheels.write_requirements(layer.text)
         wheels.installer(res.facts.installer, opts.ca_bundle)
@@ -286,9 +285,8 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
         return BuildResult(v.name, "up-to-date", time.monotonic() - start, existing, v.refs(),
                            client.images.get(existing).attrs.get("Size"))
     if opts.registry and not (opts.force or opts.no_cache):
-        # A canonical build must give the committed bytes, so a registry's image must be them too; a plain
-        # build's hash names the other writer, so its image was never meant to be the committed one.
-        want = expected.read(project, v) if opts.canonical else None
+        # A build must give the committed bytes, so a registry's image must be them too.
+        want = expected.read(project, v)
         pulled = pull_built(client, v, opts.registry, digest, v.source_date_epoch, want.config if want else None,
                             rep)
         if pulled:
@@ -300,9 +298,11 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
     fetched = prepare_wheels(client, res, v, project, opts, rep)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = opts.log_dir / f"{v.name}.log"
-    direct_layers = writes_layers(v, opts)
+    direct_layers = writes_layers(v)
     tar = context_tar(skeleton(v, project) if direct_layers else build_inputs.files, v.source_date_epoch)
-    with wheel_server.serving():
+    # Only the archive toolkit's steps fetch from the host (.debs); an image whose layers imgbuild writes
+    # fetches nothing during the build, so nothing on the port can reach it.
+    with contextlib.nullcontext() if direct_layers else wheel_server.serving():
         try:
             built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
                                                             {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
@@ -327,32 +327,24 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
             client.api.remove_image(result.image_id)
             raise BuildFailed("pip check in the image", problem.splitlines()[-15:], log_path,
                               "the image's installed distributions do not meet their requirements")
-    elif opts.canonical:
+    else:  # a devel image on the archive's toolkit: its layers as the engine built them, written again
         rep.begin(v.name, "writing the layers above the base canonically")
         try:
             result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch)
         except LayerError as exc:  # nothing was loaded: the built image stays untagged, as the build cache
             raise BuildFailed("writing the layers canonically", [], log_path, str(exc)) from None
-    else:
-        rep.begin(v.name, "normalising the image config")
-        result = normalise.normalise(client, built, v.source_date_epoch)
     image_id = result.image_id
-    checked = ""
-    if result.digests is not None:
-        checked, problem = _check_digests(project, v, result.digests, opts.record_digests, opts.replace_digests, rep)
-        if problem:
-            return BuildResult(v.name, "failed", time.monotonic() - start, image_id, log=log_path,
-                               message=f"image {image_id[:19]}, left untagged, is not what "
-                                       f"{expected.path(project, v)} holds: {problem}")
+    checked, problem = check_digests(project, v, result.digests, build_inputs.base_layers, opts, rep)
+    if problem:
+        return BuildResult(v.name, "failed", time.monotonic() - start, image_id, log=log_path,
+                           message=f"image {image_id[:19]}, left untagged, is not what "
+                                   f"{expected.path(project, v)} holds: {problem}")
     state.record_built(digest, image_id)
     tag_all(client, image_id, v)
     rep.say(v.name, f"built {image_id[:19]}")
     if result.clamped:
         rep.say(v.name, f"{len(result.clamped)} entries dated after SOURCE_DATE_EPOCH were written at it "
                         f"(first: {result.clamped[0]})")
-    if result.late:
-        rep.say(v.name, f"WARNING: not reproducible: {len(result.late)} entries carry the build time "
-                        f"(first: {result.late[0]}); `imgbuild verify-repro {v.name}` names them all")
     return BuildResult(v.name, "built", time.monotonic() - start, image_id, v.refs(),
                        client.images.get(image_id).attrs.get("Size"), log_path, fetched=fetched, digests=checked)
 
@@ -369,23 +361,31 @@ def _write_direct(client: docker.DockerClient, res: Resolution, v: Variant, proj
                                   direct.VERSION)
 
 
-def _check_digests(project: Project, v: Variant, got: expected.Digests, record: bool, force: bool,
+def check_digests(project: Project, v: Variant, got: expected.Digests, below: int, opts: BuildOptions,
                    rep: Reporter) -> tuple[str, str | None]:
-    """A canonical image against the digests committed next to its lock: (what was found, the problem)."""
+    """The image against the digests committed next to its lock: (what was found, the problem). Its bottom
+    `below` layers are its base's (or its runtime image's): on another base than the committed one, which is
+    another input, the bytes above it are not compared (a registry's base moves; the build is then its own)."""
     want = expected.read(project, v)
+    other_base = want is not None and want.layers[:below] != got.layers[:below]
     problem = expected.difference(want, got) if want is not None else None
-    if record and (problem is None or force):
+    if opts.record_digests and (problem is None or opts.replace_digests):
         rep.say(v.name, f"digests recorded in {expected.write(project, v, got)}")
         return "recorded", None
     if want is None:
         rep.say(v.name, f"no committed digests ({expected.path(project, v)}): run `imgbuild build --record-digests "
                         f"--variant {v.name}` and commit the file")
         return "none", None
-    if record:
+    if opts.record_digests:
         return "differs", f"{problem}; --record-digests replaces committed digests only with --force"
     if problem is None:
         rep.say(v.name, f"matches the committed digests: config {got.config[:19]}")
         return "matches", None
+    if other_base:
+        i = next(i for i, (a, b) in enumerate(zip(want.layers, got.layers, strict=False)) if a != b)
+        rep.say(v.name, f"built on another base than {expected.path(project, v)} records (layer {i} is "
+                        f"{got.layers[i][:19]}, committed {want.layers[i][:19]}): not compared")
+        return "other base", None
     return "differs", problem
 
 

@@ -85,10 +85,11 @@ def _config(config: dict[str, object], diff_ids: list[str], epoch: int) -> bytes
 
 @dataclass(frozen=True)
 class _Spooled:
-    path: Path | None  # the layer tar as the save gave it (or as imgbuild wrote it); None: not read
+    path: Path | None  # the layer tar as the save gave it; None: not read, or one imgbuild wrote
     layer: Indexed
     diff_id: str  # the sha256 the save's read gave it ("" for one imgbuild wrote)
-    fresh: bool = False  # written by imgbuild (engine/direct): planned against nothing below
+    written: IO[bytes] | None = None  # the plain tar of a layer imgbuild wrote (engine/direct): planned
+    # against nothing below, and closed once it is written out
 
 
 def _layers(client: docker.DockerClient, image_id: str, into: Path,
@@ -129,7 +130,7 @@ class _Assembly:
             name = f"{i}/layer.tar"
             if isinstance(item, Pending):  # waits until its worker has written it
                 written = item.result()
-                item = _Spooled(written.path, written.layer, "", fresh=True)
+                item = _Spooled(None, written.layer, "", written.spool)
             spooled = item
             if i < self._keep:
                 diff_id, changes = spooled.diff_id, spooled.layer.written
@@ -142,12 +143,11 @@ class _Assembly:
                             yield block
                     yield b"\0" * (-size % tarfile.BLOCKSIZE)
             else:
-                assert spooled.path is not None
-                planned, changes = plan(spooled.layer, {} if spooled.fresh else view, self._epoch)
+                planned, changes = plan(spooled.layer, {} if spooled.written else view, self._epoch)
                 self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
                 yield archive_member(name, planned.size)
                 digest = hashlib.sha256()
-                with spooled.path.open("rb") as src:
+                with spooled.written or _open(spooled.path) as src:
                     for chunk in layer.write(planned, src):
                         digest.update(chunk)
                         yield chunk
@@ -161,6 +161,11 @@ class _Assembly:
         for member, data in ((config_name, self.config_bytes), ("manifest.json", manifest)):
             yield archive_member(member, len(data)) + data + b"\0" * (-len(data) % tarfile.BLOCKSIZE)
         yield b"\0" * tarfile.RECORDSIZE
+
+
+def _open(path: Path | None) -> IO[bytes]:
+    assert path is not None  # a layer of the save above the base was spooled
+    return path.open("rb")
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
@@ -188,7 +193,7 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
                   if not h.get("empty_layer"))
-    return Normalised(loaded or config_digest, (),
+    return Normalised(loaded or config_digest,
                       Digests(version, config_digest, tuple(assembly.diff_ids),
                               steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped))
 

@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import docker
 
@@ -43,20 +46,37 @@ WORKERS = max(1, min(3, (os.cpu_count() or 1)))
 
 @dataclass(frozen=True)
 class Written:
-    """A layer written here, not yet canonical: its plain tar on disk, that tar read once, and its step."""
+    """A layer written here, not yet canonical: its plain tar (in memory, or on disk past the memory budget),
+    that tar read once, and its step. Whoever reads it closes `spool`."""
 
-    path: Path
+    spool: IO[bytes]
     layer: Indexed
     created_by: str
 
 
-def _spooled(path: Path, fill: Callable[[tree.Spool], None], rule: tree.Rule, epoch: int) -> Indexed:
-    with path.open("w+b") as out:
+def memory_budget() -> int:
+    """Bytes one layer's plain tar may hold in memory before it goes to disk: half of the memory available,
+    shared by the workers. In memory, the tar is never throttled behind the engine's own writes of the
+    image (docker load writes every layer twice); on disk it would be a third copy."""
+    try:
+        with Path("/proc/meminfo").open() as f:
+            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+    return available // 2 // WORKERS
+
+
+def _spooled(into: Path, fill: Callable[[tree.Spool], None], rule: tree.Rule, epoch: int) -> tuple[IO[bytes], Indexed]:
+    out: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=memory_budget(), mode="w+b", dir=str(into))  # noqa: SIM115
+    try:
         spool = tree.Spool(out, rule, epoch)
         fill(spool)
         spool.close()
         out.seek(0)
-        return layer.index(out, epoch)
+        return out, layer.index(out, epoch, hashed=False)  # planned against nothing below: no entry compared
+    except BaseException:
+        out.close()
+        raise
 
 
 def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelLayer, target: Target,
@@ -66,19 +86,25 @@ def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelL
     venv = wheel.Venv(VENV, python)
     rule = tree.Rule(VENV, VENV_OWNER)
     entries = lockfile.parse(wl.text, f"layer {wl.name}").entries
-    paths = []
+    paths: dict[Path, lockfile.Locked] = {}
     for entry in entries:
         found = wheels.cached(entry, target)
         if found is None:  # prepare_wheels made every one present just before
             raise UserError(f"{entry.name}=={entry.version} is not in the wheel cache ({wheels.root()}); run the "
                             f"build again")
-        paths.append(found)
+        paths[found] = entry
 
     def fill(spool: tree.Spool) -> None:
         sources: dict[str, bytes] = {}
         for path in sorted(paths, key=lambda p: p.name):
             try:
                 files = wheel.install(path.name, path.read_bytes(), venv)
+            except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+                # Cut short or altered since it was checked against the lock (a full disk, another tool):
+                # zipfile's CRC and the wheel's RECORD find it while it is read, at no extra cost.
+                wheels.forget(paths[path], path)
+                raise UserError(f"{path}: the cached wheel is damaged ({exc}); it was removed from the cache: run "
+                                f"the build again to download it anew") from None
             except wheel.WheelError as exc:
                 raise UserError(f"layer {wl.name}: {exc}") from None
             for f in files:
@@ -92,8 +118,7 @@ def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelL
         for node in compiled.nodes:
             spool.add(rule.node(node.path, node.data, node.mode & 0o755, node.link))
 
-    path = into / f"wheels-{wl.name}.tar"
-    return Written(path, _spooled(path, fill, rule, epoch), wheel_step(wl))
+    return Written(*_spooled(into, fill, rule, epoch), wheel_step(wl))
 
 
 def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Written:
@@ -105,8 +130,7 @@ def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Writt
         for f in mine:
             spool.add(rule.node(f.path.removeprefix(ROOTFS + "/"), f.content, f.mode))
 
-    path = into / "files.tar"
-    return Written(path, _spooled(path, fill, rule, epoch), FILES_STEP)
+    return Written(*_spooled(into, fill, rule, epoch), FILES_STEP)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,16 @@ def cached(entry: Locked, target: Target, ranks: dict[str, int] | None = None) -
     return best[1] if best else None
 
 
+def forget(entry: Locked, wheel: Path) -> None:
+    """Take a damaged cached wheel out of the cache (the file and the links that name it), so the next build
+    downloads it again and checks it against the lock."""
+    for h in entry.hashes:
+        link = root() / "sha256" / h
+        if link.is_symlink() and link.resolve() == wheel.resolve():
+            link.unlink()
+    wheel.unlink(missing_ok=True)
+
+
 def fetch_checked(url: str, sha256: str, target: Path, context: ssl.SSLContext) -> int:
     """Stream `url` into `target`, checking its SHA-256 on the way; the file appears only if it matches.
     Returns its size."""

@@ -12,7 +12,7 @@ import posixpath
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import IO
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _ancestors(path: str) -> Iterable[str]:
 class Spool:
     """A plain tar being written to `out`: nodes as they come, each ancestor directory once, first."""
 
-    def __init__(self, out: BinaryIO, rule: Rule, epoch: int) -> None:
+    def __init__(self, out: IO[bytes], rule: Rule, epoch: int) -> None:
         self._tar = tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT)  # noqa: SIM115  closed in close()
         self._rule, self._epoch = rule, epoch
         self._dirs: set[str] = set()

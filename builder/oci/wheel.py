@@ -142,6 +142,7 @@ def install(path: str, data: bytes, venv: Venv) -> list[File]:
         dist = HeaderParser().parsestr(z.read(f"{dist_info}/METADATA").decode()).get("Name") or wheel.split("-")[0]
         recorded = _recorded(z, dist_info, wheel)
         files: dict[str, File] = {}
+        digests: dict[str, str] = {}
         for info in z.infolist():
             if info.is_dir():
                 continue
@@ -150,12 +151,15 @@ def install(path: str, data: bytes, venv: Venv) -> list[File]:
             if name in (f"{dist_info}/RECORD", f"{dist_info}/INSTALLER") or name.startswith(
                     (f"{dist_info}/RECORD.", f"{dist_info}/REQUESTED")):
                 continue  # written again below, or signatures of the wheel's own RECORD
-            if name not in recorded or recorded[name] != _digest(content):
+            digest = _digest(content)
+            if name not in recorded or recorded[name] != digest:
                 raise WheelError(f"{wheel}: {name} does not match the wheel's RECORD")
             where, scheme = _target(name, data_dir, dist, venv)
             mode = _mode(info)
             if scheme == "scripts":
                 content, mode = _rewrite_shebang(content, venv.interpreter), 0o755
+                digest = _digest(content)
+            digests[where] = digest  # hashed once: RECORD is written from these
             if where in files:
                 raise WheelError(f"{wheel}: two entries install {where}")
             files[where] = File(where, content, mode)
@@ -165,17 +169,18 @@ def install(path: str, data: bytes, venv: Venv) -> list[File]:
             top = attr.split(".")[0]
             text = _SCRIPT.format(interpreter=venv.interpreter, module=module, import_name=top, call=attr)
             files[where] = File(where, text.encode(), 0o755)
+            digests.pop(where, None)  # a generated script replaces any file of that name
     installed = f"{venv.site_packages}/{dist_info}"
     files[f"{installed}/INSTALLER"] = File(f"{installed}/INSTALLER", INSTALLER, 0o644)
     files[f"{installed}/REQUESTED"] = File(f"{installed}/REQUESTED", b"", 0o644)  # every locked wheel is asked for
-    files[f"{installed}/RECORD"] = File(f"{installed}/RECORD", _record(files, venv, installed), 0o644)
+    files[f"{installed}/RECORD"] = File(f"{installed}/RECORD", _record(files, digests, venv, installed), 0o644)
     return [files[p] for p in sorted(files)]
 
 
-def _record(files: dict[str, File], venv: Venv, installed: str) -> bytes:
+def _record(files: dict[str, File], digests: dict[str, str], venv: Venv, installed: str) -> bytes:
     """RECORD for what was installed: paths relative to site-packages, each file's hash and size, sorted by
     that path (RECORD itself with neither)."""
-    rows = [(posixpath.relpath(where, venv.site_packages), _digest(f.data), str(len(f.data)))
+    rows = [(posixpath.relpath(where, venv.site_packages), digests.get(where) or _digest(f.data), str(len(f.data)))
             for where, f in files.items()]
     rows.append((posixpath.relpath(f"{installed}/RECORD", venv.site_packages), "", ""))
     out = io.StringIO()

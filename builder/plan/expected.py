@@ -1,4 +1,4 @@
-"""The committed digests of a canonical image (`imgbuild build --canonical`), next to its lock:
+"""The committed digests of an image (`imgbuild build --record-digests`), next to its lock:
 locks/<variant>.digests.json holds the config digest and every layer's diffID that build gave, and the
 writer version (engine/canonical) that gave them; and what `imgbuild push` will publish of it: the
 manifest digest and each compressed layer's digest, with the compressor's version (publish/layout). A build
@@ -41,7 +41,7 @@ def read(project: Project, v: Variant) -> Digests | None:
                        str(data.get("packing", "")), str(data.get("manifest", "")), tuple(data.get("blobs", ())))
     except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{where}: not a digests file ({exc}); write it again with "
-                        f"`imgbuild build --canonical --record-digests --variant {v.name}`") from None
+                        f"`imgbuild build --record-digests --variant {v.name}`") from None
 
 
 def write(project: Project, v: Variant, digests: Digests) -> Path:

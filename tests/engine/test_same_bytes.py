@@ -1,4 +1,4 @@
-"""One variant, the same bytes from every engine of the test bed: `imgbuild build --canonical` on the host
+"""One variant, the same bytes from every engine of the test bed: `imgbuild build` on the host
 engine (Docker 20.10, overlay2) and on Docker 28.5 with overlay2 and with the containerd image store gives
 one config digest and one list of diffIDs, and `imgbuild push` of it from each gives one manifest digest in
 the registry, and the layers match committed values. The small variant takes every kind of layer a torch
@@ -31,10 +31,10 @@ FILES_LAYER = "sha256:34a4e5d0a6b998842be7daa5470078fba614c884abcb90ff729a426719
 
 def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str], client: docker.DockerClient,
            registry_ns: str) -> tuple[str, list[str], str]:
-    """Build --canonical on one engine and push it: the config's digest and the diffIDs, as `docker save`
+    """Build on one engine and push it: the config's digest and the diffIDs, as `docker save`
     gives them, and the manifest digest the registry serves."""
     for args in (("base", "bootstrap", "debian12"),
-                 ("build", "--canonical", "--force", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
+                 ("build", "--force", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
                   "--json", str(tmp_path / f"{label}.json"))):
         result = imgbuild(*args, env=env, timeout=1800)
         assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
@@ -75,7 +75,7 @@ def test_committed_digests_are_checked_and_a_difference_names_its_layer(tmp_path
     """--record-digests writes the canonical image's digests next to its lock; a later build that gives
     other bytes fails, names the first layer that differs, and exits 1."""
     matrix = small_project(tmp_path, NAME)
-    build = ("build", "--canonical", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), "--json")
+    build = ("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), "--json")
     result = imgbuild(*build, str(tmp_path / "none.json"), "--force", timeout=1800)
     assert result.returncode == 0 and json.loads((tmp_path / "none.json").read_text())[0]["digests"] == "none"
     said = " ".join((result.stdout + result.stderr).split())

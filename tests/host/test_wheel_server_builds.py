@@ -1,11 +1,9 @@
-"""A build against whatever holds the wheel server's port: nothing it serves runs unless it has the bytes the
-Dockerfile names, and no image or cached layer keeps what it planted."""
+"""A build against whatever holds the wheel server's port: nothing it serves reaches the image."""
 
 from __future__ import annotations
 
 import functools
 import http.server
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,27 +71,15 @@ def planter() -> Iterator[None]:
         server.server_close()
 
 
-def test_a_planted_uv_fails_the_step_and_the_layer_cache_keeps_nothing_of_it(client: docker.DockerClient,
-                                                                           tmp_path: Path) -> None:
-    """A build while the planter holds the port fails at the digest check, tags nothing and commits no layer;
-    the same steps again once it is gone, with the engine's layer cache, give an image without the marker
-    (had the planted step committed a layer, this build would reuse it, as it did before the digests were
-    checked). One test: the second half means nothing without the first."""
+def test_a_server_planted_on_the_wheel_port_reaches_no_build(client: docker.DockerClient, tmp_path: Path) -> None:
+    """imgbuild writes the wheel layers itself from its own cache, so a build while the planter holds the
+    port fetches nothing from it: it succeeds, and the image holds no marker."""
     matrix = small_project(tmp_path, NAME)
-    before = {str(i.id) for i in client.images.list(name=NAME)}
     with planter():
         result = imgbuild("build", "--matrix", str(matrix), "--bootstrap-base", "--no-cache", "--log-dir",
                           str(tmp_path / "logs"), timeout=BUILD_TIMEOUT_S)
-    out = result.stdout + result.stderr
-    assert result.returncode == 1, out
-    assert "/.imgbuild-build/uv: FAILED" in out, out
-    assert "served other bytes than the digests the Dockerfile names" in out, out
-    assert re.search(r"the port is held by user \S+ \(uid \d+\), pid \d+", out), out
-    assert {str(i.id) for i in client.images.list(name=NAME)} == before, "the failed build tagged an image"
-
-    result = imgbuild("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), timeout=BUILD_TIMEOUT_S)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     ref = load(matrix).variant(SMALL_VARIANT).primary_ref
-    out = client.containers.run(ref, ["sh", "-c", f"test ! -e {MARKER} && echo clean"], remove=True,
-                                entrypoint=[]).decode()
+    out = client.containers.run(ref, ["sh", "-c", f"test ! -e {MARKER} && python -c 'import six' && echo clean"],
+                                remove=True, entrypoint=[]).decode()
     assert out.strip() == "clean"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.engine import canonical, normalise
+from builder.engine import canonical, direct
 from builder.matrix.resolve import load
 from builder.plan.context import BuildInputs, ContextFile, context_tar
 from builder.plan.layers import wheel_layers
@@ -23,7 +23,7 @@ FILES = (ContextFile("Dockerfile", b"FROM x\n", 0o644), ContextFile("gpu-check",
 
 
 def digest(files: tuple[ContextFile, ...] = FILES, base: str = "sha256:aa",
-           args: tuple[tuple[str, str], ...] = (("BASE_IMAGE", "debian:12"),), shaping: str = normalise.VERSION,
+           args: tuple[tuple[str, str], ...] = (("BASE_IMAGE", "debian:12"),), shaping: str = "normalised-config 1",
            base_layers: int = 1) -> str:
     return BuildInputs(files, base, args, shaping, base_layers).digest()
 
@@ -42,6 +42,7 @@ def test_hash_is_stable_for_unchanged_inputs() -> None:
     {"base": "sha256:bb"},  # a new base image ID
     {"args": (("BASE_IMAGE", "mirror.local/debian:12"),)},
     {"shaping": canonical.VERSION},  # another writer of the same layers' bytes
+    {"shaping": direct.VERSION},
 ])
 def test_hash_changes_with_any_input(changed: dict[str, object]) -> None:
     assert digest(**changed) != digest()  # type: ignore[arg-type]

@@ -183,7 +183,7 @@ def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: dock
         assert sorted(image.tags) == sorted(f"{NAME}:{tag}" for tag in TAGS), "no build-hash tag left here"
         # A canonical build's registry image whose config is not the committed one is not taken (and the
         # build then fails its own check against those digests, leaving its image untagged).
-        canonical = ("build", "--canonical", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--log-dir",
+        canonical = ("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--log-dir",
                      str(tmp_path / "logs"))
         result = imgbuild(*canonical, "--force", "--json", str(tmp_path / "canonical.json"), timeout=1200)
         assert result.returncode == 0, result.stderr[-3000:]
