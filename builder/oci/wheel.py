@@ -18,9 +18,15 @@ import csv
 import hashlib
 import io
 import posixpath
+import struct
 import zipfile
 from dataclasses import dataclass
 from email.parser import HeaderParser
+
+from isal import isal_zlib as _inflate
+
+# isal's stub types `error` as an instance; it is the exception class of a damaged stream
+_INFLATE_ERROR: type[Exception] = _inflate.error  # type: ignore[assignment]
 
 INSTALLER = b"imgbuild\n"
 # uv's console-script template (what the build's `uv pip install` writes today): the same bin/ scripts, byte
@@ -36,6 +42,26 @@ if __name__ == "__main__":
         sys.argv[0] = sys.argv[0][:-4]
     sys.exit({call}())
 """
+
+
+def _member(data: bytes, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+    """A member's bytes, checked against its CRC-32 as zipfile checks it. A deflated one is inflated by
+    ISA-L (`isal_zlib`, zlib's format and API) straight from the archive's bytes: zipfile's own read goes
+    through zlib, at a third of the speed."""
+    if info.compress_type != zipfile.ZIP_DEFLATED or info.flag_bits & 0x1:
+        return z.read(info)
+    start = info.header_offset
+    if data[start:start + 4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"bad local header for {info.filename!r}")
+    name_length, extra_length = struct.unpack("<HH", data[start + 26:start + 30])
+    start += 30 + name_length + extra_length
+    try:
+        out = _inflate.decompress(memoryview(data)[start:start + info.compress_size], -15)
+    except _INFLATE_ERROR as exc:
+        raise zipfile.BadZipFile(f"{info.filename!r}: {exc}") from None
+    if len(out) != info.file_size or _inflate.crc32(out) != info.CRC:
+        raise zipfile.BadZipFile(f"Bad CRC-32 for file {info.filename!r}")
+    return out
 
 
 class WheelError(ValueError):
@@ -147,7 +173,7 @@ def install(path: str, data: bytes, venv: Venv) -> list[File]:
             if info.is_dir():
                 continue
             name = info.filename
-            content = z.read(info)
+            content = _member(data, z, info)
             if name in (f"{dist_info}/RECORD", f"{dist_info}/INSTALLER") or name.startswith(
                     (f"{dist_info}/RECORD.", f"{dist_info}/REQUESTED")):
                 continue  # written again below, or signatures of the wheel's own RECORD

@@ -140,3 +140,29 @@ def test_the_installed_files_and_record_are_fixed_for_fixed_input() -> None:
         f for f in files if f.path == "opt/venv/bin/Demo-Run").data).removeprefix("sha256=").encode() + b",292"
     assert b"from demo import App\n" in next(f for f in files if f.path == "opt/venv/bin/Demo-Run").data
     assert hashlib.sha256(record).hexdigest() == "bfa2b6829d77ce72058c96e58ce19be4ca04f5d6dcbfcd869402b933f80c035e"
+
+
+def _deflated(plain: bytes) -> bytes:
+    """The same wheel with every member deflated, as wheels on PyPI are."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(plain)) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info, src.read(info), compress_type=zipfile.ZIP_DEFLATED)
+    return out.getvalue()
+
+
+def test_a_deflated_wheel_installs_the_same_files_and_a_damaged_one_is_refused() -> None:
+    """Members are inflated by ISA-L from the archive's bytes: the same files as a stored wheel gives; a
+    flipped byte in a member's data or an archive cut short fails as zipfile's own read fails."""
+    venv = Venv("opt/venv", "3.11")
+    deflated = _deflated(wheel())
+    assert install(NAME, deflated, venv) == install(NAME, wheel(), venv)
+    with zipfile.ZipFile(io.BytesIO(deflated)) as z:
+        info = z.getinfo("demo/__init__.py")
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    flipped = bytearray(deflated)
+    flipped[start + info.compress_size // 2] ^= 0xFF
+    with pytest.raises(zipfile.BadZipFile):
+        install(NAME, bytes(flipped), venv)
+    with pytest.raises(zipfile.BadZipFile):
+        install(NAME, deflated[: len(deflated) // 2], venv)
