@@ -128,7 +128,10 @@ def _rewrite_shebang(data: bytes, interpreter: str) -> bytes:
 
 
 def _target(name: str, data_dir: str, dist: str, venv: Venv) -> tuple[str, str]:
-    """Where a wheel entry goes under /, and its scheme ('' for the root)."""
+    """Where a wheel entry goes under /, and its scheme ('' for the root). A name that would leave its
+    scheme's folder (absolute, or with a `..` part) is refused: the wheel spec's installers must."""
+    if name.startswith("/") or ".." in name.split("/"):
+        raise WheelError(f"{name}: leaves the folder it installs to")
     if not name.startswith(data_dir + "/"):
         return f"{venv.site_packages}/{name}", ""
     scheme, _, rest = name[len(data_dir) + 1:].partition("/")

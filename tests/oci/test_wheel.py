@@ -122,6 +122,9 @@ def test_a_file_that_does_not_match_the_wheels_record_is_refused() -> None:
     ({"demo-1.0.dist-info/WHEEL": b"Wheel-Version: 2.0\n"}, r"Wheel-Version 2\.0 is not 1\.x"),
     ({"other-1.0.dist-info/METADATA": b"Name: other\n"}, r"expected one \.dist-info folder"),
     ({"demo-1.0.data/purelib/demo/__init__.py": b"y\n"}, r"two entries install opt/venv/lib/python3\.11/"),
+    # a name that climbs out of its scheme's folder would write anywhere in the image
+    ({"demo-1.0.data/data/../../../etc/passwd": b"root::0:0::/:/bin/sh\n"}, r"leaves the folder it installs to"),
+    ({"../../../../etc/shadow": b"x\n"}, r"leaves the folder it installs to"),
 ])
 def test_a_wheel_outside_the_spec_is_refused_naming_what(edit: dict[str, bytes], message: str) -> None:
     with pytest.raises(WheelError, match=message):
