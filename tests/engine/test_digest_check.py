@@ -67,3 +67,11 @@ def test_recording_over_other_digests_takes_force(project: Project, tmp_path: Pa
     assert expected.read(project, v) == _digests(BASE, OS, WHEELS)
     assert check(project, new, tmp_path, record_digests=True, replace_digests=True) == ("recorded", None)
     assert expected.read(project, v) == new
+
+
+def test_digests_of_another_writer_version_fail_whatever_the_base(project: Project, tmp_path: Path) -> None:
+    """Stale digests (imgbuild writes other bytes now) are recorded again, not skipped as another base."""
+    v = load(MATRIX).variant(VARIANT)
+    expected.write(project, v, expected.Digests("writer 0", "sha256:" + "0" * 64, ()))
+    found, problem = check(project, _digests(BASE, OS, WHEELS), tmp_path)
+    assert found == "differs" and problem is not None and "record the digests again" in problem
