@@ -203,7 +203,9 @@ def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: dock
         assert "not the committed sha256:000000000000 (pushed from a build that was not canonical?)" in \
             refused.stdout + refused.stderr, refused.stdout[-2000:] + refused.stderr[-2000:]
         assert (refused.returncode, row["status"]) == (1, "failed"), row
-        client.images.remove(image_id, force=True)
+        # every build writes the same bytes: the --force build above was this very image, removed with it
+        assert canonical_id == image_id
+        assert engine.image_or_none(client, image_id) is None
         missing = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", empty,
                            "--json", str(tmp_path / "missing.json"), timeout=1200)
         assert missing.returncode == 0, missing.stderr[-3000:]
