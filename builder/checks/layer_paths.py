@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engine.direct import VENV  # the venv the OS step makes, where imgbuild installs the wheels
 from ..engine.saved import Entry, Saved
 
-VENV = "opt/venv"
 # Where tools write without being asked, and why each is not the image's: (prefix, what it is).
 TRACES = (
     ("root/.cache/", "a tool's cache in root's home"),

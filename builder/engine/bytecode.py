@@ -14,13 +14,13 @@ venv first, and its files come back with the bytecode: users and the smoke suite
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import tarfile
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import docker
-import docker.errors
 
 from ..oci.tree import Node
 
@@ -75,7 +75,8 @@ with tarfile.open(work + "/out.tar", "w", format=tarfile.PAX_FORMAT) as out:
 
 # In the build hash and the committed digests' writer version: another script can give other .pyc bytes.
 SCRIPT_DIGEST = hashlib.sha256(_SCRIPT.encode()).hexdigest()[:12]
-COMPILE_LABEL = "io.imgbuild.compile"  # `imgbuild prune` removes one a killed run left
+# On the containers below, removed when their step ends; one that a killed run left is not removed yet.
+COMPILE_LABEL = "io.imgbuild.compile"
 
 
 def _tar(files: list[tuple[str, bytes]]) -> io.BytesIO:
@@ -92,33 +93,43 @@ class CompileFailed(Exception):
     """The image's Python did not compile a file of the layer (or ensurepip failed): its output."""
 
 
-@dataclass(frozen=True)
-class Compiled:
-    nodes: tuple[Node, ...]  # the .pyc files, and with pip its files: path, bytes, mode as the container had them
+@contextlib.contextmanager
+def _container(client: docker.DockerClient, image_id: str, entrypoint: list[str], command: list[str],
+               user: str | None = None, environment: dict[str, str] | None = None) -> Iterator[str]:
+    """A container of `image_id` with no network, labelled as imgbuild's, removed when the block ends."""
+    container = client.api.create_container(
+        image_id, entrypoint=entrypoint, command=command, user=user, environment=environment,
+        network_disabled=True, labels={COMPILE_LABEL: "1"},
+        host_config=client.api.create_host_config(network_mode="none"))
+    try:
+        yield str(container["Id"])
+    finally:
+        client.api.remove_container(container["Id"], force=True)
+
+
+def _run(client: docker.DockerClient, cid: str) -> tuple[int, str]:
+    """Start the container, wait for it: its exit status and what it said."""
+    client.api.start(cid)
+    status = int(client.api.wait(cid).get("StatusCode", 1))
+    return status, client.api.logs(cid).decode(errors="replace").strip()
 
 
 def compile_layer(client: docker.DockerClient, image_id: str, prefix: str, sources: dict[str, bytes],
-                  pip: bool) -> Compiled:
-    """Compile `sources` (path under / without the slash: bytes) with `image_id`'s Python at /`prefix`."""
+                  pip: bool) -> tuple[Node, ...]:
+    """Compile `sources` (path under / without the slash: bytes) with `image_id`'s Python at /`prefix`: the
+    .pyc files, and with `pip` pip's files, as the container had them (path, bytes, mode)."""
     listing = "".join(f"/{p}\n" for p in sorted(sources)).encode()
     buffer = _tar([(".imgbuild-compile/sources", listing), (".imgbuild-compile/sources.tar",
                                                              _tar(sorted(sources.items())).getvalue())])
-    container = client.api.create_container(
-        image_id, entrypoint=[f"/{prefix}/bin/python", "-c", _SCRIPT], command=[f"/{prefix}", "1" if pip else "0"],
-        user="0:0", network_disabled=True, environment={"PYTHONDONTWRITEBYTECODE": "1"}, labels={COMPILE_LABEL: "1"},
-        host_config=client.api.create_host_config(network_mode="none"))
-    cid = container["Id"]
-    try:
+    with _container(client, image_id, [f"/{prefix}/bin/python", "-c", _SCRIPT],
+                    [f"/{prefix}", "1" if pip else "0"], user="0:0",
+                    environment={"PYTHONDONTWRITEBYTECODE": "1"}) as cid:
         client.api.put_archive(cid, "/", buffer.getvalue())
-        client.api.start(cid)
-        status = int(client.api.wait(cid).get("StatusCode", 1))
+        status, said = _run(client, cid)
         if status != 0:
-            said = client.api.logs(cid).decode(errors="replace").strip().splitlines()
-            raise CompileFailed("\n".join(said[-15:]) or f"exit status {status}")
+            raise CompileFailed("\n".join(said.splitlines()[-15:]) or f"exit status {status}")
         stream, _ = client.api.get_archive(cid, "/.imgbuild-compile/out.tar")
         outer = io.BytesIO(b"".join(stream))
-    finally:
-        client.api.remove_container(cid, force=True)
     with tarfile.open(fileobj=outer) as wrapped:
         member = wrapped.extractfile("out.tar")
         assert member is not None
@@ -128,21 +139,13 @@ def compile_layer(client: docker.DockerClient, image_id: str, prefix: str, sourc
         for m in tar:
             data = tar.extractfile(m).read() if m.isreg() else b""  # type: ignore[union-attr]
             nodes.append(Node(m.name, data, m.mode & 0o7777, (m.uid, m.gid), m.linkname if m.issym() else ""))
-    return Compiled(tuple(nodes))
+    return tuple(nodes)
 
 
 def pip_check(client: docker.DockerClient, image_id: str, prefix: str) -> str | None:
     """`pip check` in the image: None when every installed distribution's requirements are met, else what
     pip said."""
-    container = client.api.create_container(
-        image_id, entrypoint=[f"/{prefix}/bin/python", "-m", "pip", "check", "--disable-pip-version-check"],
-        command=[], network_disabled=True, labels={COMPILE_LABEL: "1"},
-        host_config=client.api.create_host_config(network_mode="none"))
-    cid = container["Id"]
-    try:
-        client.api.start(cid)
-        status = int(client.api.wait(cid).get("StatusCode", 1))
-        said = client.api.logs(cid).decode(errors="replace").strip()
-    finally:
-        client.api.remove_container(cid, force=True)
+    with _container(client, image_id, [f"/{prefix}/bin/python", "-m", "pip", "check",
+                                       "--disable-pip-version-check"], []) as cid:
+        status, said = _run(client, cid)
     return None if status == 0 else (said or f"exit status {status}")

@@ -115,7 +115,7 @@ def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelL
             compiled = bytecode.compile_layer(client, below, VENV, sources, pip)
         except bytecode.CompileFailed as exc:
             raise layer.LayerError(f"layer {wl.name}: bytecode did not compile:\n{exc}") from None
-        for node in compiled.nodes:
+        for node in compiled:
             spool.add(rule.node(node.path, node.data, node.mode & 0o755, node.link))
 
     return Written(*_spooled(into, fill, rule, epoch), wheel_step(wl))

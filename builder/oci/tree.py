@@ -60,7 +60,6 @@ class Spool:
         self._tar = tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT)  # noqa: SIM115  closed in close()
         self._rule, self._epoch = rule, epoch
         self._dirs: set[str] = set()
-        self.paths: set[str] = set()
 
     def add(self, node: Node) -> None:
         for parent in reversed(list(_ancestors(node.path))):
@@ -71,7 +70,6 @@ class Spool:
             if node.path in self._dirs:
                 return
             self._dirs.add(node.path)
-        self.paths.add(node.path)
         self._put(node)
 
     def _put(self, node: Node) -> None:
