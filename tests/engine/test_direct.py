@@ -9,6 +9,7 @@ import io
 import json
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,15 @@ from ..helpers import SMALL_VARIANT, small_project
 
 pytestmark = [pytest.mark.engine]
 NAME = "imgbuild-test-direct"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _remove_built() -> Iterator[None]:
+    """Tests remove what they create: the images the builds here tagged."""
+    yield
+    client = engine.connect()
+    for image in client.images.list(name=NAME):
+        client.images.remove(str(image.id), force=True)
 
 
 def _record(name: str, data: bytes) -> str:
