@@ -11,8 +11,9 @@ The config is rebuilt from the fields the OCI image spec defines (no `docker_ver
 `container_config`), with the new diffIDs. The save is read once: each layer is indexed (every file hashed)
 as it is spooled to disk. The `docker load` archive is then written as the engine reads it, each layer
 straight from its spool, so rewriting one layer overlaps the engine's storing of the one before and the
-image is not copied to disk a second time. The base's layers travel along only where the engine cannot take
-them by chain ID (the containerd image store).
+image is not copied to disk a second time. The layers imgbuild writes itself (engine/direct) come canonical
+already, with their diffIDs, and go out as they are. The base's layers travel along only where the engine
+cannot take them by chain ID (the containerd image store).
 """
 
 from __future__ import annotations
@@ -85,11 +86,9 @@ def _config(config: dict[str, object], diff_ids: list[str], epoch: int) -> bytes
 
 @dataclass(frozen=True)
 class _Spooled:
-    path: Path | None  # the layer tar as the save gave it; None: not read, or one imgbuild wrote
+    path: Path | None  # the layer tar as the save gave it; None: not read
     layer: Indexed
-    diff_id: str  # the sha256 the save's read gave it ("" for one imgbuild wrote)
-    written: IO[bytes] | None = None  # the plain tar of a layer imgbuild wrote (engine/direct): planned
-    # against nothing below, and closed once it is written out
+    diff_id: str  # the sha256 the save's read gave it
 
 
 def _layers(client: docker.DockerClient, image_id: str, into: Path,
@@ -123,14 +122,21 @@ class _Assembly:
         self.clamped: list[str] = []  # entries above the base dated after the epoch, written at it
         self.config_bytes = b""
 
-    def chunks(self) -> Iterator[bytes]:
+    def chunks(self) -> Iterator[bytes | memoryview]:
         view: dict[str, Key] = {}
         names: list[str] = []
         for i, item in enumerate(self._layers):
             name = f"{i}/layer.tar"
-            if isinstance(item, Pending):  # waits until its worker has written it
-                written = item.result()
-                item = _Spooled(None, written.layer, "", written.spool)
+            if isinstance(item, Pending):  # waits until its worker has written it: canonical already
+                written = item.result().layer
+                try:
+                    yield archive_member(name, written.size)
+                    yield from written.chunks()
+                finally:
+                    written.close()
+                self.diff_ids.append(written.diff_id)
+                names.append(name)
+                continue
             spooled = item
             if i < self._keep:
                 diff_id, changes = spooled.diff_id, spooled.layer.written
@@ -143,11 +149,11 @@ class _Assembly:
                             yield block
                     yield b"\0" * (-size % tarfile.BLOCKSIZE)
             else:
-                planned, changes = plan(spooled.layer, {} if spooled.written else view, self._epoch)
+                planned, changes = plan(spooled.layer, view, self._epoch)
                 self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
                 yield archive_member(name, planned.size)
                 digest = hashlib.sha256()
-                with spooled.written or _open(spooled.path) as src:
+                with _open(spooled.path) as src:
                     for chunk in layer.write(planned, src):
                         digest.update(chunk)
                         yield chunk
