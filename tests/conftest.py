@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,20 @@ def missing(reason: str) -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"prerequisite missing on CI: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def blob_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The pushes' blob cache (host/blobs) in the session's temporary directory: tests leave nothing in the
+    user's cache, and a push test starts with what the session pushed before it."""
+    path = tmp_path_factory.mktemp("blob-cache")
+    before = os.environ.get("IMGBUILD_BLOB_CACHE")
+    os.environ["IMGBUILD_BLOB_CACHE"] = str(path)
+    yield path
+    if before is None:
+        del os.environ["IMGBUILD_BLOB_CACHE"]
+    else:
+        os.environ["IMGBUILD_BLOB_CACHE"] = before
 
 
 @pytest.fixture

@@ -299,9 +299,9 @@ def _record_push_layouts(client: docker.DockerClient, res: m.Resolution, project
     """Add to each recorded image's digests what `imgbuild push` will publish of it: the layout written as a
     push writes it, in a temporary directory, and only its digests kept."""
     import dataclasses
-    import tempfile
     import zlib
 
+    from ..host import blobs
     from ..plan import expected
     from ..publish import layout
 
@@ -310,7 +310,7 @@ def _record_push_layouts(client: docker.DockerClient, res: m.Resolution, project
         got = expected.read(project, v) if r.digests == "recorded" else None
         if got is None or r.image_id is None:
             continue
-        with tempfile.TemporaryDirectory(prefix="imgbuild-record-") as tmp:
+        with blobs.scratch("record-") as tmp:
             packed = layout.write(client, r.image_id, Path(tmp) / "oci")
         expected.write(project, v, dataclasses.replace(got, packing=layout.VERSION, manifest=packed.manifest,
                                                        blobs=tuple(b.digest for b in packed.layers)))
@@ -566,9 +566,10 @@ def prune_cmd(
         "--matrix", help="only the images of this matrix file's image name [default: every image imgbuild made]")]
         = None,
 ) -> None:
-    """Remove the images (and their build cache) imgbuild made, found by label."""
+    """Remove the images (and their build cache) imgbuild made, found by label, and the blob cache of pushes."""
     from ..engine import client as engine
     from ..engine import prune
+    from ..host import blobs
 
     image_name = m.load(m.matrix_path(matrix)).facts.image.name if matrix is not None else None
     names, freed = prune.prune(engine.connect(), bases, dry_run, image_name)
@@ -576,6 +577,8 @@ def prune_cmd(
         typer.echo(("would remove " if dry_run else "removed ") + name)
     if not dry_run:
         typer.echo(f"freed {freed / 1e9:.2f} GB ({len(names)} images)")
+        if image_name is None and (cached := blobs.clear()):
+            typer.echo(f"freed {cached / 1e9:.2f} GB of compressed layers kept for pushes ({blobs.root()})")
 
 
 def main() -> None:

@@ -1,12 +1,13 @@
 """`imgbuild push`: publish each selected image under all its tags and aliases, and prove what landed.
 
 The engine's own push is not used: it compresses each layer with the engine's gzip, so one image pushed
-from two engines got two manifest digests. The image is read once from the engine and written as an OCI
-layout whose every byte imgbuild decides (publish/layout), and skopeo, a real registry client, copies it to
-each tag unchanged. So the manifest digest is known before anything is sent, and, for a canonical image, is
-checked against the one committed next to its lock first. Connection failures (a registry restarting, a
-proxy hiccup) are retried with backoff; an auth failure is never retried (it will not get better, and
-repeated bad logins can lock an account). The digest each tag has is read back from the registry.
+from two engines got two manifest digests. The image is read once from the engine (or taken from the blob
+cache of an earlier push, host/blobs) and written as an OCI layout whose every byte imgbuild decides
+(publish/layout), and skopeo, a real registry client, copies it to each tag unchanged. So the manifest
+digest is known before anything is sent, and is checked against the one committed next to its lock first.
+Connection failures (a registry restarting, a proxy hiccup) are retried with backoff; an auth failure is
+never retried (it will not get better, and repeated bad logins can lock an account). The digest each tag
+has is read back from the registry.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import base64
 import json
 import os
 import re
-import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -27,7 +27,7 @@ import docker
 from ..checks import records
 from ..engine import client as engine
 from ..errors import UserError
-from ..host import registry
+from ..host import blobs, registry
 from ..matrix.variant import Variant
 from ..plan import expected
 from ..plan.context import HASH_LABEL, hash_ref
@@ -123,9 +123,11 @@ def publish(client: docker.DockerClient, v: Variant, registry_ns: str, auth: dic
                         f"`imgbuild test --variant {v.name}`, or pass --force")
     build_hash = (image.attrs.get("Config", {}).get("Labels") or {}).get(HASH_LABEL)
     refs = target_refs(v, registry_ns) + ((hash_ref(v, registry_ns, build_hash),) if build_hash else ())
-    with tempfile.TemporaryDirectory(prefix="imgbuild-push-") as tmp:
-        say(f"{v.name}: writing the layout to publish (every layer compressed here)")
+    with blobs.scratch("push-") as tmp:
+        say(f"{v.name}: writing the layout to publish")
         packed = layout.write(client, image_id, Path(tmp) / "oci")
+        say(f"{v.name}: " + ("every blob taken from the blob cache, checked: nothing compressed" if packed.cached
+                             else f"every layer compressed here, kept in {blobs.root()} for the next push"))
         state = check(committed, packed, v.name)
         authfile = _authfile(Path(tmp), refs, auth)
         for ref in refs:

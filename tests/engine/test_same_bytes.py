@@ -44,8 +44,10 @@ def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str], client
     out = client.containers.run(built["image_id"], ["python", "-c", "import six, packaging; print('ok')"],
                                 remove=True, network_mode="none")
     assert out.decode().strip() == "ok"
+    # a blob cache of its own: each engine's image is read and compressed, not taken from another's push
     result = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", registry_ns,
-                      "--force", "--json", str(tmp_path / f"{label}-pushed.json"), env=env, timeout=1800)
+                      "--force", "--json", str(tmp_path / f"{label}-pushed.json"),
+                      env={**env, "IMGBUILD_BLOB_CACHE": str(tmp_path / f"{label}-blobs")}, timeout=1800)
     assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
     pushed = json.loads((tmp_path / f"{label}-pushed.json").read_text())[0]
     return ("sha256:" + hashlib.sha256(image.config_bytes).hexdigest(), [image.diff_ids[p] for p in image.layers],

@@ -211,3 +211,25 @@ def test_a_build_of_the_same_inputs_pulls_from_the_registry_instead(client: dock
         assert missing.returncode == 0, missing.stderr[-3000:]
         assert f"not in {empty}; building" in missing.stdout + missing.stderr
         assert json.loads((tmp_path / "missing.json").read_text())[0]["status"] == "built"
+
+
+def test_a_second_push_of_the_same_bytes_compresses_nothing_and_a_damaged_blob_is_made_again(
+        small_image: tuple[Path, str], tmp_path: Path) -> None:
+    matrix, _ = small_image
+    cache = tmp_path / "blobs"
+    env = {"IMGBUILD_BLOB_CACHE": str(cache)}
+    from_cache, manifests = [], []
+    with registry(tmp_path) as host:
+        for repository in ("first", "second", "third"):
+            if repository == "third":  # the largest cached blob cut short, as a full disk would leave it
+                biggest = max((cache / "sha256").iterdir(), key=lambda p: p.stat().st_size)
+                biggest.unlink()
+                biggest.write_bytes(b"cut short")
+            result = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry",
+                              f"{host}/{repository}", "--force", timeout=600, env=env)
+            assert result.returncode == 0, result.stderr[-3000:]
+            from_cache.append("every blob taken from the blob cache, checked: nothing compressed" in result.stderr)
+            manifests.append(set(re.findall(r"@(sha256:[0-9a-f]{64})$", result.stdout, flags=re.M)))
+    assert from_cache == [False, True, False], "compressed, then taken from the cache, then made again"
+    assert len(manifests[0]) == 1 and manifests[0] == manifests[1] == manifests[2], manifests
+    assert biggest.stat().st_size > len(b"cut short"), "the damaged blob was written whole again"

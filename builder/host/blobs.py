@@ -1,0 +1,129 @@
+"""Compressed layers kept for the next push, under $IMGBUILD_BLOB_CACHE (default:
+$XDG_CACHE_HOME/imgbuild/blobs, ~/.cache/imgbuild/blobs):
+
+sha256/<hex>       a blob (a compressed layer, a config), named by the sha256 of its bytes
+layers/<key>       the digest of a layer's compressed blob; key: sha256 of the compressor's version and the
+                   layer's diffID (one layer compressed by another writer is another blob)
+images/<image ID>  the digest of that image's config blob
+
+A push of bytes already pushed (another registry, a promotion, the same image again) then neither reads
+the image from the engine nor compresses a layer. A blob is checked against its name whenever it is used:
+one cut short or altered is removed and written again. Every file appears whole (written aside, renamed),
+so two pushes on one host share the cache safely. `imgbuild prune` empties it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+_BLOCK = 1 << 20
+
+
+def root() -> Path:
+    if where := os.environ.get("IMGBUILD_BLOB_CACHE"):
+        return Path(where)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imgbuild" / "blobs"
+
+
+def scratch(prefix: str) -> tempfile.TemporaryDirectory[str]:
+    """A temporary directory beside the cache, so that blobs are linked into it, not copied."""
+    root().mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix=f".{prefix}", dir=root())
+
+
+def _blob(digest: str) -> Path:
+    return root() / "sha256" / digest.removeprefix("sha256:")
+
+
+def _key(packing: str, diff_id: str) -> str:
+    return hashlib.sha256(f"{packing}\n{diff_id}".encode()).hexdigest()
+
+
+def _read(path: Path) -> str | None:
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = path.read_text().strip()
+        if text.startswith("sha256:") and len(text) == 71:
+            return text
+    return None
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".")
+    with os.fdopen(fd, "w") as out:
+        out.write(text + "\n")
+    Path(tmp).replace(path)
+
+
+def layer(packing: str, diff_id: str) -> str | None:
+    """The digest of the cached compressed blob of the layer `diff_id`, if one is recorded and present."""
+    digest = _read(root() / "layers" / _key(packing, diff_id))
+    return digest if digest and _blob(digest).is_file() else None
+
+
+def config(image_id: str) -> str | None:
+    """The digest of the cached config blob of `image_id`, if one is recorded and present."""
+    digest = _read(root() / "images" / image_id.removeprefix("sha256:"))
+    return digest if digest and _blob(digest).is_file() else None
+
+
+def checked(digest: str) -> bool:
+    """Whether the cached blob `digest` holds exactly those bytes; one that does not is removed."""
+    path, h = _blob(digest), hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            while block := f.read(_BLOCK):
+                h.update(block)
+    except OSError:
+        return False
+    if "sha256:" + h.hexdigest() == digest:
+        return True
+    path.unlink(missing_ok=True)
+    return False
+
+
+def remember(digest: str, source: Path, packing: str = "", diff_id: str = "", image_id: str = "") -> None:
+    """Keep the blob at `source` (its bytes' digest `digest`) as the compressed blob of `diff_id`, or as the
+    config blob of `image_id`."""
+    target = _blob(digest)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not target.is_file():
+        place(source, target)
+    if diff_id:
+        _write(root() / "layers" / _key(packing, diff_id), digest)
+    if image_id:
+        _write(root() / "images" / image_id.removeprefix("sha256:"), digest)
+
+
+def place(source: Path, target: Path) -> None:
+    """`source`'s bytes at `target`: a hard link where both share a file system, a copy elsewhere; whole or
+    not at all."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    tmp.replace(target)
+
+
+def fetch(digest: str, target: Path) -> None:
+    """The cached blob `digest` at `target` (checked before)."""
+    place(_blob(digest), target)
+
+
+def clear() -> int:
+    """Empty the cache; the bytes of blobs freed."""
+    freed = 0
+    if root().is_dir():
+        for path in (root() / "sha256").glob("*"):
+            with contextlib.suppress(OSError):
+                if path.is_file() and path.stat().st_nlink == 1:
+                    freed += path.stat().st_size
+        shutil.rmtree(root(), ignore_errors=True)
+    return freed
