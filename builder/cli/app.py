@@ -572,7 +572,11 @@ def prune_cmd(
     from ..host import blobs
 
     image_name = m.load(m.matrix_path(matrix)).facts.image.name if matrix is not None else None
-    names, freed = prune.prune(engine.connect(), bases, dry_run, image_name)
+    client = engine.connect()
+    for cid in prune.leftover_containers(client, dry_run):
+        typer.echo(("would remove " if dry_run else "removed ") + f"container {cid} (a compile container that "
+                                                                  f"an ended run left)")
+    names, freed = prune.prune(client, bases, dry_run, image_name)
     for name in names:
         typer.echo(("would remove " if dry_run else "removed ") + name)
     if not dry_run:

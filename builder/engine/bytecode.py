@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import os
+import socket
 import tarfile
 from collections.abc import Iterator
 
@@ -75,8 +77,13 @@ with tarfile.open(work + "/out.tar", "w", format=tarfile.PAX_FORMAT) as out:
 
 # In the build hash and the committed digests' writer version: another script can give other .pyc bytes.
 SCRIPT_DIGEST = hashlib.sha256(_SCRIPT.encode()).hexdigest()[:12]
-# On the containers below, removed when their step ends; one that a killed run left is not removed yet.
+# On the containers below, removed when their step ends. Its value names the run ("host:pid"), so that a
+# container a killed run left is found and removed by the next build or `imgbuild prune` (engine/prune).
 COMPILE_LABEL = "io.imgbuild.compile"
+
+
+def owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _tar(files: list[tuple[str, bytes]]) -> io.BytesIO:
@@ -99,7 +106,7 @@ def _container(client: docker.DockerClient, image_id: str, entrypoint: list[str]
     """A container of `image_id` with no network, labelled as imgbuild's, removed when the block ends."""
     container = client.api.create_container(
         image_id, entrypoint=entrypoint, command=command, user=user, environment=environment,
-        network_disabled=True, labels={COMPILE_LABEL: "1"},
+        network_disabled=True, labels={COMPILE_LABEL: owner()},
         host_config=client.api.create_host_config(network_mode="none"))
     try:
         yield str(container["Id"])

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 import docker
 import docker.errors
+
+from .bytecode import COMPILE_LABEL
 
 VARIANT_LABEL = "io.imgbuild.variant"
 STAGE_LABEL = "io.imgbuild.stage"  # builder stages older imgbuild releases left behind (untagged)
@@ -38,3 +43,33 @@ def prune(client: docker.DockerClient, bases: bool, dry_run: bool, name: str | N
         except docker.errors.ImageNotFound:
             continue
     return names, max(0, before - layers_size(client))
+
+
+def _ended(run: str) -> bool:
+    """Whether the run named "host:pid" has ended: on this host, no such process. A run of another host (a
+    shared engine), or whose process is still there, is left alone."""
+    host, _, pid = run.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return host == "" and pid == "1"  # an older imgbuild's label, which names no run
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def leftover_containers(client: docker.DockerClient, dry_run: bool = False) -> list[str]:
+    """Remove the compile containers (engine/bytecode) of runs that ended without removing them (a kill -9,
+    an OOM kill); their short IDs."""
+    gone = []
+    for c in client.containers.list(all=True, filters={"label": COMPILE_LABEL}):
+        if _ended(str(c.labels.get(COMPILE_LABEL, ""))):
+            if not dry_run:
+                try:
+                    c.remove(force=True)
+                except docker.errors.NotFound:
+                    continue
+            gone.append(str(c.short_id))
+    return gone
