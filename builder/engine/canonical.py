@@ -19,6 +19,7 @@ cannot take them by chain ID (the containerd image store).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import tarfile
@@ -35,7 +36,7 @@ from ..oci.layer import Indexed, Key, apply, archive_member, index, plan
 from ..plan.expected import Digests
 from . import saved
 from .client import containerd_store
-from .direct import FILES_STEP, Pending
+from .direct import FILES_STEP, Pending, memory_budget
 from .normalise import Normalised, engine_config, iso, load
 
 VERSION = layer.VERSION
@@ -86,7 +87,7 @@ def _config(config: dict[str, object], diff_ids: list[str], epoch: int) -> bytes
 
 @dataclass(frozen=True)
 class _Spooled:
-    path: Path | None  # the layer tar as the save gave it; None: not read
+    spool: IO[bytes] | None  # the layer tar as the save gave it; None: not read
     layer: Indexed
     diff_id: str  # the sha256 the save's read gave it
 
@@ -95,12 +96,20 @@ def _layers(client: docker.DockerClient, image_id: str, into: Path,
             epoch: int) -> tuple[dict[str, object], list[_Spooled]]:
     """The saved image's config and its layers, each indexed while it is spooled to a file under `into`,
     bottom first; times after `epoch` are read as the epoch."""
-    files: dict[str, tuple[Path, Indexed]] = {}
+    files: dict[str, tuple[IO[bytes], Indexed]] = {}
+    left = [memory_budget()]  # shared by every layer of the save
 
     def spool(name: str, raw: IO[bytes]) -> None:
-        path = into / f"spool-{len(files)}.tar"
-        with path.open("wb") as f:
-            files[name] = path, index(raw, epoch, f)
+        # in memory while the budget lasts (a skeleton's base, read only to be indexed, never touches the disk);
+        # a SpooledTemporaryFile of max_size 0 would never go to disk
+        budget = left[0]
+        if budget > 0:
+            f: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=budget, dir=str(into))  # noqa: SIM115  closed by assemble
+        else:
+            f = tempfile.TemporaryFile(dir=str(into))  # noqa: SIM115  closed by assemble
+        files[name] = f, index(raw, epoch, f)  # type: ignore[arg-type]
+        if 0 < f.tell() <= budget:  # it stayed in memory
+            left[0] = budget - f.tell()
 
     image = saved.read(client, image_id, 0, layer_sink=spool)
     # `docker save` writes a layer equal to an earlier one once, and links the other name to it
@@ -141,22 +150,21 @@ class _Assembly:
             if i < self._keep:
                 diff_id, changes = spooled.diff_id, spooled.layer.written
                 if self._carry:  # the base's bytes as they are, for a store that takes no layer by chain ID
-                    assert spooled.path is not None
-                    size = spooled.path.stat().st_size
+                    src = _rewound(spooled.spool)
+                    size = src.seek(0, io.SEEK_END)
+                    src.seek(0)
                     yield archive_member(name, size)
-                    with spooled.path.open("rb") as src:
-                        while block := src.read(_BLOCK):
-                            yield block
+                    while block := src.read(_BLOCK):
+                        yield block
                     yield b"\0" * (-size % tarfile.BLOCKSIZE)
             else:
                 planned, changes = plan(spooled.layer, view, self._epoch)
                 self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
                 yield archive_member(name, planned.size)
                 digest = hashlib.sha256()
-                with _open(spooled.path) as src:
-                    for chunk in layer.write(planned, src):
-                        digest.update(chunk)
-                        yield chunk
+                for chunk in layer.write(planned, _rewound(spooled.spool)):
+                    digest.update(chunk)
+                    yield chunk
                 diff_id = "sha256:" + digest.hexdigest()
             apply(view, changes)
             self.diff_ids.append(diff_id)
@@ -169,9 +177,9 @@ class _Assembly:
         yield b"\0" * tarfile.RECORDSIZE
 
 
-def _open(path: Path | None) -> IO[bytes]:
-    assert path is not None  # a layer of the save above the base was spooled
-    return path.open("rb")
+def _rewound(spool: IO[bytes] | None) -> IO[bytes]:
+    assert spool is not None  # a layer of the save above the base, or carried, was spooled
+    return spool
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
@@ -195,7 +203,12 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
             config = {**config, "history": _with_steps(list(config.get("history") or []),  # type: ignore[call-overload]
                                                        [w.created_by for w in written])}
         assembly = _Assembly(layers, keep, carry, config, epoch)
-        loaded = load(client, assembly.chunks())
+        try:
+            loaded = load(client, assembly.chunks())
+        finally:
+            for spooled in below:
+                if spooled.spool is not None:
+                    spooled.spool.close()
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
                   if not h.get("empty_layer"))
