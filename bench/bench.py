@@ -397,7 +397,7 @@ def engines_main() -> None:
         if engine.image_or_none(client, BASE) is None:
             say(f"{label}: bootstrapping {BASE}")
             timed([IMGBUILD, "base", "bootstrap", "debian12"], env=env)
-        s = {k: Series(k, "s") for k in ("naive", "imgbuild")}
+        s = {k: Series(k, "s") for k in ("naive", "imgbuild", "load")}
         digests: set[str] = set()
         smoke: set[str] = set()
         for i in range(ENGINE_RUNS):
@@ -409,8 +409,16 @@ def engines_main() -> None:
             digests.add(str(r["digests"]))
             _, tested = timed([IMGBUILD, "test", "--variant", VARIANT], env=env)  # the smoke suite, no GPU here
             smoke.add(tested.stdout.strip().splitlines()[-1])
+            # The floor of any build that hands the engine finished layers: the engine's own `docker load` of
+            # this image (above the base it keeps), from a file, every layer the engine must store.
+            archive = work / f"{label}-saved{i}.tar"
+            timed(["docker", "save", "-o", str(archive), str(r["image_id"])], env=env)
+            remove_built(client)
+            s["load"].values.append(timed(["docker", "load", "-q", "-i", str(archive)], env=env)[0])
+            archive.unlink()
             say(f"{label} round {i + 1}: naive {s['naive'].values[-1]:.1f} s, imgbuild "
-                f"{s['imgbuild'].values[-1]:.1f} s (committed digests: {r['digests']})")
+                f"{s['imgbuild'].values[-1]:.1f} s (committed digests: {r['digests']}), docker load of the "
+                f"image {s['load'].values[-1]:.1f} s")
         remove_built(client)
         version = client.version().get("Version")
         rows[label] = {"engine": f"Docker {version}", "digests": sorted(digests), "smoke": sorted(smoke),
@@ -431,6 +439,20 @@ def engines_main() -> None:
     print(table)
 
 
+def disk_speed() -> str:
+    """The sequential write speed of the disk under the engine's data root: 1 GiB written and synced."""
+    with tempfile.NamedTemporaryFile(dir="/var/lib/docker" if os.access("/var/lib/docker", os.W_OK) else None,
+                                     prefix="imgbuild-bench-") as f:
+        block = os.urandom(1 << 20)
+        start = time.monotonic()
+        for _ in range(1024):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+        seconds = time.monotonic() - start
+    return f"{1024 / seconds:.0f} MiB/s written and synced (1 GiB, under /var/lib/docker)"
+
+
 def versus(baseline: float, measured: float) -> str:
     return f"{baseline / measured:.2f}x faster" if measured <= baseline else f"{measured / baseline:.2f}x slower"
 
@@ -439,14 +461,17 @@ def engines_table(rows: dict[str, dict[str, object]]) -> str:
     lines = [f"# `make bench-engines`: {VARIANT}, {os.cpu_count()} CPUs, cold builds with a warm wheel cache",
              "",
              f"Medians of {ENGINE_RUNS} run(s) (min-max). Cold: `--no-cache`, every image but the base removed. "
-             "Ratios against the naive Dockerfile built on the same engine in the same invocation.",
+             "Ratios against the naive Dockerfile built on the same engine in the same invocation. `docker load`: "
+             "the engine's own load of the built image from a file, every image but the base removed first (the "
+             f"floor of any build that hands the engine finished layers). Disk: {disk_speed()}.",
              "",
-             "| engine | naive | imgbuild | ratio | committed digests | `imgbuild test` |",
-             "|---|---|---|---|---|---|"]
+             "| engine | naive | imgbuild | ratio | `docker load` of the image | committed digests | `imgbuild test` |",
+             "|---|---|---|---|---|---|---|"]
     for label, row in rows.items():
         cells, med = row["cells"], row["medians"]
         lines.append(f"| {label} ({row['engine']}) | {cells['naive']} | {cells['imgbuild']} | "  # type: ignore[index]
-                     f"{versus(med['naive'], med['imgbuild'])} | {', '.join(row['digests'])} | "  # type: ignore[index, arg-type]
+                     f"{versus(med['naive'], med['imgbuild'])} | {cells['load']} | "  # type: ignore[index]
+                     f"{', '.join(row['digests'])} | "  # type: ignore[arg-type]
                      f"{'; '.join(row['smoke'])} |")  # type: ignore[arg-type]
     return "\n".join(lines) + "\n"
 
