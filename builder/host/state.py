@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
+
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def root() -> Path:
@@ -23,9 +26,12 @@ def _built_path(build_hash: str) -> Path:
 
 
 def built(build_hash: str) -> str | None:
-    """The image ID recorded for these build inputs, if any."""
-    with contextlib.suppress(OSError):
-        return _built_path(build_hash).read_text().strip() or None
+    """The image ID recorded for these build inputs, if any: a record cut short or not an image ID (a full
+    disk, another tool) is no record, and the next build writes it anew."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        recorded = _built_path(build_hash).read_text().strip()
+        if _IMAGE_ID.fullmatch(recorded):
+            return recorded
     return None
 
 

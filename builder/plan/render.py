@@ -182,7 +182,7 @@ def verified_context(v: Variant, project: Project, matrix: Path) -> list[Context
     files = shipped(v, project)
     if path.is_file() and stamp.is_file():
         on_disk = ContextFile("Dockerfile", path.read_bytes(), REGULAR)
-        if stamp.read_text() == f"{key} {files_digest([on_disk])}":
+        if stamp.read_bytes() == f"{key} {files_digest([on_disk])}".encode():  # any other bytes: render anew
             return sorted([*files, on_disk], key=lambda f: f.path)
     rendered = dockerfile(v, project, files)
     drift = compare({v.name: [rendered]}, project.images, whole=False)
