@@ -74,7 +74,21 @@ def say(text: str) -> None:
     print(f"bench: {text}", file=sys.stderr, flush=True)
 
 
+def settle() -> None:
+    """Wait until the disk has written back what earlier commands left in the page cache: on a disk of a
+    hundred MB/s, a build started while the last one's 6 GB are still being flushed is measured against
+    that flush, not against its baseline."""
+    os.sync()
+    for _ in range(240):
+        with Path("/proc/meminfo").open() as f:
+            pending = sum(int(line.split()[1]) for line in f if line.startswith(("Dirty:", "Writeback:")))
+        if pending < 64 * 1024:  # kB
+            return
+        time.sleep(0.5)
+
+
 def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
+    settle()  # every timed command starts on an idle disk
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})},
                           check=False)
@@ -463,7 +477,8 @@ def engines_table(rows: dict[str, dict[str, object]]) -> str:
              f"Medians of {ENGINE_RUNS} run(s) (min-max). Cold: `--no-cache`, every image but the base removed. "
              "Ratios against the naive Dockerfile built on the same engine in the same invocation. `docker load`: "
              "the engine's own load of the built image from a file, every image but the base removed first (the "
-             f"floor of any build that hands the engine finished layers). Disk: {disk_speed()}.",
+             "floor of any build that hands the engine finished layers). Each timed command starts after `sync`, "
+             f"once the disk has written back what the one before left in the page cache. Disk: {disk_speed()}.",
              "",
              "| engine | naive | imgbuild | ratio | `docker load` of the image | committed digests | `imgbuild test` |",
              "|---|---|---|---|---|---|---|"]
