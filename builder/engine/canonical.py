@@ -11,15 +11,13 @@ The config is rebuilt from the fields the OCI image spec defines (no `docker_ver
 `container_config`), with the new diffIDs. The save is read once: each layer is indexed (every file hashed)
 as it is spooled to disk. The `docker load` archive is then written as the engine reads it, each layer
 straight from its spool, so rewriting one layer overlaps the engine's storing of the one before and the
-image is not copied to disk a second time. The layers imgbuild writes itself (engine/direct) come canonical
-already, with their diffIDs, and go out as they are. The base's layers travel along only where the engine
-cannot take them by chain ID (the containerd image store).
+image is not copied to disk a second time. The base's layers travel along only where the engine cannot take
+them by chain ID (the containerd image store).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 import tarfile
@@ -36,7 +34,7 @@ from ..oci.layer import Indexed, Key, apply, archive_member, index, plan
 from ..plan.expected import Digests
 from . import saved
 from .client import containerd_store
-from .direct import FILES_STEP, Pending, memory_budget
+from .direct import FILES_STEP, Pending
 from .normalise import Normalised, engine_config, iso, load
 
 VERSION = layer.VERSION
@@ -87,29 +85,23 @@ def _config(config: dict[str, object], diff_ids: list[str], epoch: int) -> bytes
 
 @dataclass(frozen=True)
 class _Spooled:
-    spool: IO[bytes] | None  # the layer tar as the save gave it; None: not read
+    path: Path | None  # the layer tar as the save gave it; None: not read, or one imgbuild wrote
     layer: Indexed
-    diff_id: str  # the sha256 the save's read gave it
+    diff_id: str  # the sha256 the save's read gave it ("" for one imgbuild wrote)
+    written: IO[bytes] | None = None  # the plain tar of a layer imgbuild wrote (engine/direct): planned
+    # against nothing below, and closed once it is written out
 
 
 def _layers(client: docker.DockerClient, image_id: str, into: Path,
             epoch: int) -> tuple[dict[str, object], list[_Spooled]]:
     """The saved image's config and its layers, each indexed while it is spooled to a file under `into`,
     bottom first; times after `epoch` are read as the epoch."""
-    files: dict[str, tuple[IO[bytes], Indexed]] = {}
-    left = [memory_budget()]  # shared by every layer of the save
+    files: dict[str, tuple[Path, Indexed]] = {}
 
     def spool(name: str, raw: IO[bytes]) -> None:
-        # in memory while the budget lasts (a skeleton's base, read only to be indexed, never touches the disk);
-        # a SpooledTemporaryFile of max_size 0 would never go to disk
-        budget = left[0]
-        if budget > 0:
-            f: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=budget, dir=str(into))  # noqa: SIM115  closed by assemble
-        else:
-            f = tempfile.TemporaryFile(dir=str(into))  # noqa: SIM115  closed by assemble
-        files[name] = f, index(raw, epoch, f)  # type: ignore[arg-type]
-        if 0 < f.tell() <= budget:  # it stayed in memory
-            left[0] = budget - f.tell()
+        path = into / f"spool-{len(files)}.tar"
+        with path.open("wb") as f:
+            files[name] = path, index(raw, epoch, f)
 
     image = saved.read(client, image_id, 0, layer_sink=spool)
     # `docker save` writes a layer equal to an earlier one once, and links the other name to it
@@ -131,40 +123,34 @@ class _Assembly:
         self.clamped: list[str] = []  # entries above the base dated after the epoch, written at it
         self.config_bytes = b""
 
-    def chunks(self) -> Iterator[bytes | memoryview]:
+    def chunks(self) -> Iterator[bytes]:
         view: dict[str, Key] = {}
         names: list[str] = []
         for i, item in enumerate(self._layers):
             name = f"{i}/layer.tar"
-            if isinstance(item, Pending):  # waits until its worker has written it: canonical already
-                written = item.result().layer
-                try:
-                    yield archive_member(name, written.size)
-                    yield from written.chunks()
-                finally:
-                    written.close()
-                self.diff_ids.append(written.diff_id)
-                names.append(name)
-                continue
+            if isinstance(item, Pending):  # waits until its worker has written it
+                written = item.result()
+                item = _Spooled(None, written.layer, "", written.spool)
             spooled = item
             if i < self._keep:
                 diff_id, changes = spooled.diff_id, spooled.layer.written
                 if self._carry:  # the base's bytes as they are, for a store that takes no layer by chain ID
-                    src = _rewound(spooled.spool)
-                    size = src.seek(0, io.SEEK_END)
-                    src.seek(0)
+                    assert spooled.path is not None
+                    size = spooled.path.stat().st_size
                     yield archive_member(name, size)
-                    while block := src.read(_BLOCK):
-                        yield block
+                    with spooled.path.open("rb") as src:
+                        while block := src.read(_BLOCK):
+                            yield block
                     yield b"\0" * (-size % tarfile.BLOCKSIZE)
             else:
-                planned, changes = plan(spooled.layer, view, self._epoch)
+                planned, changes = plan(spooled.layer, {} if spooled.written else view, self._epoch)
                 self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
                 yield archive_member(name, planned.size)
                 digest = hashlib.sha256()
-                for chunk in layer.write(planned, _rewound(spooled.spool)):
-                    digest.update(chunk)
-                    yield chunk
+                with spooled.written or _open(spooled.path) as src:
+                    for chunk in layer.write(planned, src):
+                        digest.update(chunk)
+                        yield chunk
                 diff_id = "sha256:" + digest.hexdigest()
             apply(view, changes)
             self.diff_ids.append(diff_id)
@@ -177,9 +163,9 @@ class _Assembly:
         yield b"\0" * tarfile.RECORDSIZE
 
 
-def _rewound(spool: IO[bytes] | None) -> IO[bytes]:
-    assert spool is not None  # a layer of the save above the base, or carried, was spooled
-    return spool
+def _open(path: Path | None) -> IO[bytes]:
+    assert path is not None  # a layer of the save above the base was spooled
+    return path.open("rb")
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
@@ -203,12 +189,7 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
             config = {**config, "history": _with_steps(list(config.get("history") or []),  # type: ignore[call-overload]
                                                        [w.created_by for w in written])}
         assembly = _Assembly(layers, keep, carry, config, epoch)
-        try:
-            loaded = load(client, assembly.chunks())
-        finally:
-            for spooled in below:
-                if spooled.spool is not None:
-                    spooled.spool.close()
+        loaded = load(client, assembly.chunks())
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
                   if not h.get("empty_layer"))

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import docker
 
@@ -26,6 +27,7 @@ from ..errors import UserError
 from ..host import wheels
 from ..matrix.variant import Variant
 from ..oci import layer, tree, wheel
+from ..oci.layer import Indexed
 from ..plan import lockfile
 from ..plan.context import ROOTFS, ContextFile
 from ..plan.layers import WheelLayer
@@ -44,16 +46,17 @@ WORKERS = max(1, min(3, (os.cpu_count() or 1)))
 
 @dataclass(frozen=True)
 class Written:
-    """A layer written here: its canonical tar (its files' bytes in memory, or on disk past the memory
-    budget) and its step. Whoever writes it out closes it."""
+    """A layer written here, not yet canonical: its plain tar (in memory, or on disk past the memory budget),
+    that tar read once, and its step. Whoever reads it closes `spool`."""
 
-    layer: tree.Layer
+    spool: IO[bytes]
+    layer: Indexed
     created_by: str
 
 
 def memory_budget() -> int:
-    """Bytes of files one layer may hold in memory before they go to disk: half of the memory available,
-    shared by the workers. In memory, a layer is never throttled behind the engine's own writes of the
+    """Bytes one layer's plain tar may hold in memory before it goes to disk: half of the memory available,
+    shared by the workers. In memory, the tar is never throttled behind the engine's own writes of the
     image (docker load writes every layer twice); on disk it would be a third copy."""
     try:
         with Path("/proc/meminfo").open() as f:
@@ -63,14 +66,16 @@ def memory_budget() -> int:
     return available // 2 // WORKERS
 
 
-def _gathered(into: Path, fill: Callable[[tree.Gather], None], rule: tree.Rule, epoch: int) -> tree.Layer:
-    spill = tempfile.TemporaryFile(dir=str(into))  # noqa: SIM115  closed with the layer
+def _spooled(into: Path, fill: Callable[[tree.Spool], None], rule: tree.Rule, epoch: int) -> tuple[IO[bytes], Indexed]:
+    out: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=memory_budget(), mode="w+b", dir=str(into))  # noqa: SIM115
     try:
-        gather = tree.Gather(rule, epoch, memory_budget(), spill)
-        fill(gather)
-        return gather.layer()
+        spool = tree.Spool(out, rule, epoch)
+        fill(spool)
+        spool.close()
+        out.seek(0)
+        return out, layer.index(out, epoch, hashed=False)  # planned against nothing below: no entry compared
     except BaseException:
-        spill.close()
+        out.close()
         raise
 
 
@@ -89,7 +94,7 @@ def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelL
                             f"build again")
         paths[found] = entry
 
-    def fill(gather: tree.Gather) -> None:
+    def fill(spool: tree.Spool) -> None:
         sources: dict[str, bytes] = {}
         for path in sorted(paths, key=lambda p: p.name):
             try:
@@ -103,7 +108,7 @@ def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelL
             except wheel.WheelError as exc:
                 raise UserError(f"layer {wl.name}: {exc}") from None
             for f in files:
-                gather.add(rule.node(f.path, f.data, f.mode))
+                spool.add(rule.node(f.path, f.data, f.mode))
                 if f.path.endswith(".py"):
                     sources[f.path] = f.data
         try:
@@ -111,9 +116,9 @@ def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelL
         except bytecode.CompileFailed as exc:
             raise layer.LayerError(f"layer {wl.name}: bytecode did not compile:\n{exc}") from None
         for node in compiled:
-            gather.add(rule.node(node.path, node.data, node.mode & 0o755, node.link))
+            spool.add(rule.node(node.path, node.data, node.mode & 0o755, node.link))
 
-    return Written(_gathered(into, fill, rule, epoch), wheel_step(wl))
+    return Written(*_spooled(into, fill, rule, epoch), wheel_step(wl))
 
 
 def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Written:
@@ -121,11 +126,11 @@ def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Writt
     mine = [f for f in files if f.path.startswith(ROOTFS + "/")]
     rule = tree.Rule("", (0, 0))
 
-    def fill(gather: tree.Gather) -> None:
+    def fill(spool: tree.Spool) -> None:
         for f in mine:
-            gather.add(rule.node(f.path.removeprefix(ROOTFS + "/"), f.content, f.mode))
+            spool.add(rule.node(f.path.removeprefix(ROOTFS + "/"), f.content, f.mode))
 
-    return Written(_gathered(into, fill, rule, epoch), FILES_STEP)
+    return Written(*_spooled(into, fill, rule, epoch), FILES_STEP)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def normalised_config(config: dict[str, object], epoch: int) -> bytes:
     return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
 
 
-def load(client: docker.DockerClient, archive: IO[bytes] | bytes | Iterator[bytes | memoryview]) -> str | None:
+def load(client: docker.DockerClient, archive: IO[bytes] | bytes | Iterator[bytes]) -> str | None:
     """`docker load` an archive; returns the ID the engine says it gave the image, if it says one."""
     said = []
     for chunk in client.api.load_image(archive):  # type: ignore[no-untyped-call]

@@ -65,8 +65,10 @@ def _xattrs(member: tarfile.TarInfo) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in member.pax_headers.items() if k.startswith(_XATTR)))
 
 
-def _key(tar: tarfile.TarFile, member: tarfile.TarInfo, epoch: int) -> Key:
-    if member.isreg():
+def _key(tar: tarfile.TarFile, member: tarfile.TarInfo, epoch: int, hashed: bool = True) -> Key:
+    if member.isreg() and not hashed:
+        content = f"{member.size} bytes"
+    elif member.isreg():
         h = hashlib.sha256()
         data = tar.extractfile(member)
         while data is not None and (block := data.read(_BLOCK)):
@@ -157,9 +159,11 @@ class Indexed:
         return keys
 
 
-def index(src: IO[bytes], epoch: int, copy: BinaryIO | None = None) -> Indexed:
+def index(src: IO[bytes], epoch: int, copy: BinaryIO | None = None, hashed: bool = True) -> Indexed:
     """Read the layer tar `src` as a stream, hashing each file; with `copy`, every byte read is written
-    there too (the spool the layer is then written from: offsets in it are offsets in `src`)."""
+    there too (the spool the layer is then written from: offsets in it are offsets in `src`). Without
+    `hashed`, a file's key names its size, not its content: for a layer planned against nothing below,
+    where no entry is compared with another (a fifth of the time imgbuild spends on a wheel layer)."""
     stream: IO[bytes] = io.BufferedReader(_Tee(src, copy), _BLOCK) if copy is not None else src
     members: dict[str, tarfile.TarInfo] = {}
     written: dict[str, Key] = {}
@@ -171,7 +175,7 @@ def index(src: IO[bytes], epoch: int, copy: BinaryIO | None = None) -> Indexed:
                 continue
             if m.issparse():  # no engine writes one; its bytes do not lie in one run from offset_data
                 raise LayerError(f"layer entry {name} is a GNU sparse file, which imgbuild does not rewrite")
-            members[name], written[name] = m, _key(tar, m, epoch)
+            members[name], written[name] = m, _key(tar, m, epoch, hashed)
             if int(m.mtime) > epoch and not _is_whiteout(name):
                 late.append(name)
     if copy is not None:
@@ -187,11 +191,6 @@ class Plan:
 
     entries: tuple[tuple[bytes, int, int], ...]  # header, offset of the data in the spool, data size
     size: int
-
-
-def head(name: str, key: Key, linkname: str = "", size: int = 0) -> bytes:
-    """The canonical header block(s) of one entry (`name` without a trailing slash)."""
-    return _headed(_header(name, key, linkname, size))
 
 
 def _headed(info: tarfile.TarInfo) -> bytes:

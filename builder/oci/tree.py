@@ -1,6 +1,5 @@
-"""A layer from files imgbuild holds (a wheel's contents, its bytecode, the context's rootfs/), written in
-`layer`'s canonical form straight from those files: no engine commits these layers, and no plain tar of them
-is written and read back.
+"""A layer from files imgbuild holds (a wheel's contents, its bytecode, the context's rootfs/), as a plain tar
+that `layer.index` and `layer.plan` then write in the canonical form: no engine commits these layers.
 
 Every ancestor directory of a file is an entry, with the owner and mode its `Rule` gives, so the layer says
 what each of its directories is instead of leaving an engine to invent it on extraction.
@@ -8,18 +7,12 @@ what each of its directories is instead of leaving an engine to invent it on ext
 
 from __future__ import annotations
 
-import hashlib
 import io
 import posixpath
 import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
-
-from . import layer
-
-_BLOCK = 1 << 20
-_SLICE = 8 << 20  # a large file goes out in slices: each one is copied once more on its way to the engine
 
 
 @dataclass(frozen=True)
@@ -60,114 +53,37 @@ def _ancestors(path: str) -> Iterable[str]:
         parent = posixpath.dirname(parent)
 
 
-@dataclass(frozen=True)
-class _Spilled:
-    """A file's bytes kept in the layer's spill file instead of memory."""
+class Spool:
+    """A plain tar being written to `out`: nodes as they come, each ancestor directory once, first."""
 
-    offset: int
-    size: int
-
-
-_Data = bytes | _Spilled
-
-
-class Gather:
-    """A layer being gathered from nodes as they come: each ancestor directory once, before its first child,
-    with the rule's owner and mode; the last node of a path wins, as on extraction. File bytes stay in memory
-    up to `budget` bytes, the rest goes to `spill` (a file only this layer uses)."""
-
-    def __init__(self, rule: Rule, epoch: int, budget: int = 1 << 62, spill: IO[bytes] | None = None) -> None:
-        self._rule, self._epoch, self._budget, self._spill = rule, epoch, budget, spill
-        self._nodes: dict[str, tuple[Node, _Data]] = {}
+    def __init__(self, out: IO[bytes], rule: Rule, epoch: int) -> None:
+        self._tar = tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT)  # noqa: SIM115  closed in close()
+        self._rule, self._epoch = rule, epoch
         self._dirs: set[str] = set()
-        self._held = 0
 
     def add(self, node: Node) -> None:
-        path = posixpath.normpath(node.path.lstrip("/")).removeprefix("./")
-        for parent in reversed(list(_ancestors(path))):
+        for parent in reversed(list(_ancestors(node.path))):
             if parent not in self._dirs:
                 self._dirs.add(parent)
-                self._nodes[parent] = self._rule.directory(parent), b""
+                self._put(self._rule.directory(parent))
         if node.data is None:
-            if path in self._dirs:
+            if node.path in self._dirs:
                 return
-            self._dirs.add(path)
-        self._nodes[path] = node, self._keep(node.data or b"")
+            self._dirs.add(node.path)
+        self._put(node)
 
-    def _keep(self, data: bytes) -> _Data:
-        if self._spill is None or self._held + len(data) <= self._budget:
-            self._held += len(data)
-            return data
-        offset = self._spill.seek(0, io.SEEK_END)
-        self._spill.write(data)
-        return _Spilled(offset, len(data))
-
-    def layer(self) -> Layer:
-        """The canonical tar of what was gathered (`layer.plan`'s form for a layer planned against nothing
-        below), with its size and diffID, read once here."""
-        entries: list[tuple[bytes, _Data]] = []
-        for path in sorted(self._nodes):
-            node, data = self._nodes[path]
-            kind = tarfile.DIRTYPE if node.data is None else tarfile.SYMTYPE if node.link else tarfile.REGTYPE
-            key = layer.Key(kind, node.mode & 0o7777, node.owner, self._epoch, "", ())
-            size = data.size if isinstance(data, _Spilled) else len(data)
-            entries.append((layer.head(path, key, node.link, size if kind == tarfile.REGTYPE else 0), data))
-        written = sum(len(h) + _size(d) + (-_size(d) % tarfile.BLOCKSIZE) for h, d in entries) + 2 * tarfile.BLOCKSIZE
-        out = Layer(tuple(entries), written + (-written % tarfile.RECORDSIZE), "", self._spill)
-        digest = hashlib.sha256()
-        for chunk in out.chunks():
-            digest.update(chunk)
-        return Layer(out.entries, out.size, "sha256:" + digest.hexdigest(), self._spill)
-
-
-def _size(data: _Data) -> int:
-    return data.size if isinstance(data, _Spilled) else len(data)
-
-
-@dataclass(frozen=True)
-class Layer:
-    """A canonical layer tar held as its entries' headers and bytes: written out by `chunks`, as often as
-    needed, without a copy of the whole in one piece."""
-
-    entries: tuple[tuple[bytes, _Data], ...]
-    size: int
-    diff_id: str
-    spill: IO[bytes] | None = None
-
-    def chunks(self) -> Iterator[bytes | memoryview]:
-        """The tar's bytes: small entries gathered into blocks of about a megabyte, a large file's bytes as
-        they are held."""
-        out = bytearray()
-        for header, data in self.entries:
-            out += header
-            size = _size(data)
-            if size < _BLOCK:
-                out += data if isinstance(data, bytes) else self._read(data.offset, size)
-            else:
-                if out:
-                    yield bytes(out)
-                    out.clear()
-                for start in range(0, size, _SLICE):
-                    part = min(_SLICE, size - start)
-                    if isinstance(data, bytes):
-                        yield memoryview(data)[start:start + part]
-                    else:
-                        yield self._read(data.offset + start, part)
-            out += bytes(-size % tarfile.BLOCKSIZE)
-            if len(out) >= _BLOCK:
-                yield bytes(out)
-                out.clear()
-        written = sum(len(h) + _size(d) + (-_size(d) % tarfile.BLOCKSIZE) for h, d in self.entries)
-        yield bytes(out) + bytes(self.size - written)
-
-    def _read(self, offset: int, size: int) -> bytes:
-        assert self.spill is not None
-        self.spill.seek(offset)
-        data = self.spill.read(size)
-        if len(data) != size:
-            raise EOFError(f"layer spill ends inside an entry at offset {offset}")
-        return data
+    def _put(self, node: Node) -> None:
+        info = tarfile.TarInfo(node.path)
+        info.mode, (info.uid, info.gid), info.mtime = node.mode, node.owner, self._epoch
+        if node.data is None:
+            info.type = tarfile.DIRTYPE
+            self._tar.addfile(info)
+        elif node.link:
+            info.type, info.linkname = tarfile.SYMTYPE, node.link
+            self._tar.addfile(info)
+        else:
+            info.size = len(node.data)
+            self._tar.addfile(info, io.BytesIO(node.data))
 
     def close(self) -> None:
-        if self.spill is not None:
-            self.spill.close()
+        self._tar.close()
