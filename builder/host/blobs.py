@@ -21,6 +21,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..patterns import DIGEST
+
 _BLOCK = 1 << 20
 
 
@@ -47,7 +49,7 @@ def _key(packing: str, diff_id: str) -> str:
 def _read(path: Path) -> str | None:
     with contextlib.suppress(OSError, UnicodeDecodeError):
         text = path.read_text().strip()
-        if text.startswith("sha256:") and len(text) == 71:
+        if DIGEST.fullmatch(text):
             return text
     return None
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import tempfile
 from pathlib import Path
 
-_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+from ..patterns import DIGEST
 
 
 def root() -> Path:
@@ -30,7 +29,7 @@ def built(build_hash: str) -> str | None:
     disk, another tool) is no record, and the next build writes it anew."""
     with contextlib.suppress(OSError, UnicodeDecodeError):
         recorded = _built_path(build_hash).read_text().strip()
-        if _IMAGE_ID.fullmatch(recorded):
+        if DIGEST.fullmatch(recorded):
             return recorded
     return None
 
