@@ -22,6 +22,11 @@ def cached(deb: Deb) -> Path:
 
 def ensure(lock: DebLock, where: str, ca_bundle: Path | None, say: Callable[[str], None]) -> wheels.Fetched:
     start = time.monotonic()
+    for deb in lock.debs:
+        if cached(deb).is_file() and not wheels.intact(cached(deb), deb.sha256):
+            cached(deb).unlink(missing_ok=True)
+            say(f"{cached(deb)}: the cached .deb does not match the lock's SHA-256 (cut short or altered); removed "
+                f"from the cache and downloaded again")
     missing = [d for d in lock.debs if not cached(d).is_file()]
     context = wheels.ssl_context(ca_bundle)
 

@@ -7,6 +7,7 @@ Layout under $XDG_CACHE_HOME/imgbuild/wheels/ (served as it is, read-only):
   req/<hex>.txt            a layer's requirements, named by their own SHA-256 (the Dockerfile checks it)
   tools/uv-<sha256>        the uv binary the build's RUN steps install with (never part of an image)
   debs/<sha256>            a distro toolkit's .deb (host/debs.py), named by its locked digest
+  verified/<sha256>        size, mtime and inode of a file when its SHA-256 was last checked (`intact`)
   locks/<sha256>           held while a file downloads: a file two builds need comes once
 """
 
@@ -43,18 +44,24 @@ def root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imgbuild" / "wheels"
 
 
-def cached(entry: Locked, target: Target, ranks: dict[str, int] | None = None) -> Path | None:
-    """The cached wheel for `entry` that fits `target` best, if one is here."""
+def _best(entry: Locked, target: Target, ranks: dict[str, int] | None = None) -> tuple[Path, str] | None:
+    """The cached wheel for `entry` that fits `target` best, and the locked SHA-256 it was cached under."""
     ranks = ranks or target.ranks()
-    best: tuple[int, Path] | None = None
+    best: tuple[int, Path, str] | None = None
     for h in entry.hashes:
         link = root() / "sha256" / h
         if link.is_file():
             wheel = link.resolve()
             fit = rank(wheel.name, entry, ranks)
             if fit is not None and (best is None or fit < best[0]):
-                best = (fit, wheel)
-    return best[1] if best else None
+                best = (fit, wheel, h)
+    return (best[1], best[2]) if best else None
+
+
+def cached(entry: Locked, target: Target, ranks: dict[str, int] | None = None) -> Path | None:
+    """The cached wheel for `entry` that fits `target` best, if one is here."""
+    found = _best(entry, target, ranks)
+    return found[0] if found else None
 
 
 def forget(entry: Locked, wheel: Path) -> None:
@@ -64,7 +71,41 @@ def forget(entry: Locked, wheel: Path) -> None:
         link = root() / "sha256" / h
         if link.is_symlink() and link.resolve() == wheel.resolve():
             link.unlink()
+        (root() / "verified" / h).unlink(missing_ok=True)
     wheel.unlink(missing_ok=True)
+
+
+def _stamp(path: Path) -> bytes:
+    st = path.stat()
+    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino}\n".encode()
+
+
+def _remember(path: Path, sha256: str) -> None:
+    _atomic(root() / "verified" / sha256, _stamp(path))
+
+
+def intact(path: Path, sha256: str) -> bool:
+    """Whether the cached file `path` still holds the bytes locked as `sha256`. It is hashed again only when
+    its size, mtime or inode moved since it was last checked (a truncation, a write, a copy by another tool
+    all move one), so an untouched cache of 3 GB costs a stat per file, not a read."""
+    try:
+        stamp = _stamp(path)
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        if (root() / "verified" / sha256).read_bytes() == stamp:
+            return True
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+    except OSError:
+        return False
+    if h.hexdigest() != sha256:
+        return False
+    _remember(path, sha256)
+    return True
 
 
 def fetch_checked(url: str, sha256: str, target: Path, context: ssl.SSLContext) -> int:
@@ -86,6 +127,7 @@ def fetch_checked(url: str, sha256: str, target: Path, context: ssl.SSLContext) 
                                 f"cached")
             Path(out.name).chmod(0o644)
             part.replace(target)
+            _remember(target, sha256)
         finally:
             part.unlink(missing_ok=True)
     return size
@@ -137,6 +179,12 @@ def ensure(lock: Lock, target: Target, where: str, ca_bundle: Path | None,
     """Make every wheel of `lock` for `target` present in the cache, downloading only the missing ones."""
     start = time.monotonic()
     ranks = target.ranks()
+    for entry in lock.entries:
+        found = _best(entry, target, ranks)
+        if found is not None and not intact(*found):
+            forget(entry, found[0])
+            say(f"{found[0]}: the cached wheel does not match the lock's SHA-256 (cut short or altered); removed "
+                f"from the cache and downloaded again")
     missing = [e for e in lock.entries if cached(e, target, ranks) is None]
     if not missing:
         return Fetched(len(lock.entries), 0, 0, time.monotonic() - start)

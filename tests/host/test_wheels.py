@@ -127,6 +127,73 @@ def test_a_cached_hash_under_another_version_is_not_taken_for_the_pin(cache: Pat
         wheels.ensure(edited, TARGET, "x.txt", None, lambda _: None)
 
 
+@pytest.mark.parametrize("damage", ["cut short", "a byte altered", "the record lost"])
+def test_a_damaged_cached_wheel_is_found_before_the_build_and_downloaded_again(
+        cache: Path, index: Index, damage: str) -> None:
+    sha = index.serve("demo", "demo-1.0-py3-none-any.whl", wheel_bytes("demo", b"x" * 5000))
+    lock = lockfile.parse(lock_text(index.url, {"demo": ("1.0", [sha])}), "x.txt")
+    wheels.ensure(lock, TARGET, "x.txt", None, lambda _: None)
+    cached = cache / "files" / "demo-1.0-py3-none-any.whl"
+    whole = cached.read_bytes()
+    if damage == "cut short":
+        with cached.open("r+b") as f:
+            f.truncate(100)
+    elif damage == "a byte altered":
+        cached.write_bytes(whole[:50] + bytes([whole[50] ^ 1]) + whole[51:])
+    else:
+        (cache / "verified" / sha).unlink()
+    said: list[str] = []
+    got = wheels.ensure(lock, TARGET, "x.txt", None, said.append)
+    assert cached.read_bytes() == whole
+    if damage == "the record lost":
+        assert (got.downloaded, said) == (0, []), "an intact file is hashed again and kept, not downloaded"
+    else:
+        assert got.downloaded == 1
+        assert said[0] == (f"{cached}: the cached wheel does not match the lock's SHA-256 (cut short or altered); "
+                           f"removed from the cache and downloaded again")
+    assert (cache / "verified" / sha).is_file()
+
+
+def test_an_untouched_cached_file_is_not_read_again(cache: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build checks a 3 GB cache by a stat per file: the SHA-256 is computed again only when the file's
+    size, mtime or inode moved since its last check."""
+    path = tmp_path / "f"
+    path.write_bytes(b"locked bytes")
+    sha = hashlib.sha256(b"locked bytes").hexdigest()
+    assert wheels.intact(path, sha)
+    assert not wheels.intact(path, "0" * 64), "a file is checked against the digest asked for"
+    path.chmod(0o600)
+    with monkeypatch.context() as m:
+        m.setattr(wheels.hashlib, "sha256", None)  # any hashing now fails the test
+        assert wheels.intact(path, sha), "a chmod leaves the bytes, the size and the mtime as they were"
+    os.utime(path, ns=(0, 10**9))
+    assert wheels.intact(path, sha), "another mtime: hashed again, and still the locked bytes"
+    path.write_bytes(b"LOCKED BYTES")
+    assert not wheels.intact(path, sha)
+    assert not wheels.intact(path, sha), "a failed check is never recorded as verified"
+
+
+def test_a_damaged_cached_deb_is_found_before_the_build_and_downloaded_again(
+        cache: Path, index: Index) -> None:
+    from builder.host import debs
+    from builder.plan.deblock import Deb, DebLock
+
+    data = b"!<arch>\n" + b"d" * 3000
+    (index.root / "pool" / "main").mkdir(parents=True)
+    (index.root / "pool" / "main" / "demo_1.0_amd64.deb").write_bytes(data)
+    deb = Deb("pool/main/demo_1.0_amd64.deb", len(data), hashlib.sha256(data).hexdigest())
+    lock = DebLock("v", "sha256:" + "0" * 64, index.url.removesuffix("/simple"), (deb,))
+    assert debs.ensure(lock, "locks/v.debs", None, lambda _: None).downloaded == 1
+    with debs.cached(deb).open("r+b") as f:
+        f.truncate(10)
+    said: list[str] = []
+    assert debs.ensure(lock, "locks/v.debs", None, said.append).downloaded == 1
+    assert debs.cached(deb).read_bytes() == data
+    assert said[0].startswith(f"{debs.cached(deb)}: the cached .deb does not match the lock's SHA-256")
+    assert debs.ensure(lock, "locks/v.debs", None, said.append).downloaded == 0
+
+
 def test_the_server_serves_the_cache_and_frees_its_port(cache: Path) -> None:
     digest = wheels.write_requirements("demo==1.0 \\\n    --hash=sha256:" + "a" * 64 + "\n")
     with wheel_server.serving() as url, wheel_server.serving() as again:  # two builds of one process (--jobs)
