@@ -38,6 +38,27 @@ def blob_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """A filesystem of its own of a few megabytes (a tmpfs: a full disk without filling the host's);
+    `small_disk(bytes)` mounts one and returns it. Unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(size: int) -> Path:
+        where = tmp_path / f"disk-{len(mounted)}"
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "tmpfs", str(where)],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            missing(f"cannot mount a small tmpfs (as root): {done.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+@pytest.fixture
 def broken_matrix(tmp_path: Path) -> Callable[[str, str], Path]:
     """matrix.yaml with `old` replaced by `new` (exactly once), written to a temporary file."""
 

@@ -19,7 +19,7 @@ import docker.errors
 from .. import patterns
 from ..errors import UserError
 from ..host import debs as host_debs
-from ..host import registry, state, wheel_server, wheels
+from ..host import registry, space, state, wheel_server, wheels
 from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
@@ -299,6 +299,7 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = opts.log_dir / f"{v.name}.log"
     direct_layers = writes_layers(v)
+    space.check(needs(client, res, v, project, build_inputs.files, build_inputs.base_ref))
     tar = context_tar(skeleton(v, project) if direct_layers else build_inputs.files, v.source_date_epoch)
     # Only the archive toolkit's steps fetch from the host (.debs); an image whose layers imgbuild writes
     # fetches nothing during the build, so nothing on the port can reach it.
@@ -319,10 +320,15 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
                                   f"(the port is held by {wheel_server.holder()})") from None
             raise
     if direct_layers:
+        space.check(needs(client, res, v, project, build_inputs.files, built))  # now with the skeleton's size
         try:
             result = _write_direct(client, res, v, project, built, build_inputs, rep)
         except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
             raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
+        except OSError as exc:
+            if not space.full(exc):
+                raise
+            raise BuildFailed("writing the layers", [], log_path, _filled(exc)) from None
         if problem := bytecode.pip_check(client, result.image_id, direct.VENV):
             client.api.remove_image(result.image_id)
             raise BuildFailed("pip check in the image", problem.splitlines()[-15:], log_path,
@@ -333,6 +339,10 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
             result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch)
         except LayerError as exc:  # nothing was loaded: the built image stays untagged, as the build cache
             raise BuildFailed("writing the layers canonically", [], log_path, str(exc)) from None
+        except OSError as exc:
+            if not space.full(exc):
+                raise
+            raise BuildFailed("writing the layers canonically", [], log_path, _filled(exc)) from None
     image_id = result.image_id
     checked, problem = check_digests(project, v, result.digests, build_inputs.base_layers, opts, rep)
     if problem:
@@ -347,6 +357,41 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
                         f"(first: {result.clamped[0]})")
     return BuildResult(v.name, "built", time.monotonic() - start, image_id, v.refs(),
                        client.images.get(image_id).attrs.get("Size"), log_path, fetched=fetched, digests=checked)
+
+
+# What a distro toolkit's .debs unpack to, against their compressed size (xz, zstd): an upper estimate.
+UNPACKED_DEBS = 3
+
+
+def needs(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
+          files: tuple[ContextFile, ...], below: str) -> list[space.Need]:
+    """The disk space the build of `v` takes, known before its first step: in the temporary directory, the
+    layers engine/direct writes past the memory budget and the image `below` them (the base before the
+    build, the skeleton after it), which canonical.assemble may read back whole with `docker save`; for a
+    devel image, its runtime image and its toolkit. In the engine's data root, the new layers twice:
+    `docker load` holds its archive, then the layers stored (a layer the engine has is counted all the same)."""
+    image = engine.image_or_none(client, below)
+    read_back = int((image.attrs.get("Size") if image is not None else 0) or 0)
+    if writes_layers(v):
+        sizes = direct.planned_sizes(wheel_layers(v, project), target_of(res, v), files)
+        layers, temp = sum(sizes), direct.spilled(sizes) + read_back
+    else:
+        debs = deblock.read(project, v) if v.distro_toolkit else None
+        layers = UNPACKED_DEBS * (debs.size if debs is not None else 0)
+        temp = layers + read_back
+    found = [space.Need("the layers written to the temporary directory", Path(tempfile.gettempdir()), temp,
+                        "set TMPDIR to a larger filesystem")]
+    root = Path(str(client.info().get("DockerRootDir") or "/nonexistent"))
+    if root.is_dir():  # the engine's own disk, where it is on this host
+        found.append(space.Need("the image as the engine loads it (its layers twice)", root, 2 * layers,
+                                "remove images the engine no longer needs (`docker image prune`)"))
+    return found
+
+
+def _filled(exc: OSError) -> str:
+    return (f"the disk of the temporary directory {tempfile.gettempdir()} filled ({exc.strerror}); nothing was "
+            f"tagged and the build's temporary files are removed: free space, or set TMPDIR to a larger "
+            f"filesystem, and run the command again")
 
 
 def _write_direct(client: docker.DockerClient, res: Resolution, v: Variant, project: Project, built: str,

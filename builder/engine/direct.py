@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tarfile
 import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO
 
 import docker
@@ -54,20 +55,82 @@ class Written:
     created_by: str
 
 
+def _cgroup_room() -> int | None:
+    """What this process's cgroup (v2) still lets it take, where it has a limit: a CI runner's container
+    reads the host's MemAvailable in /proc/meminfo but is killed at its own limit."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(0, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
 def memory_budget() -> int:
-    """Bytes one layer's plain tar may hold in memory before it goes to disk: half of the memory available,
-    shared by the workers. In memory, the tar is never throttled behind the engine's own writes of the
-    image (docker load writes every layer twice); on disk it would be a third copy."""
+    """Bytes one layer's plain tar may hold in memory before it goes to the temporary directory: half of the
+    memory available (to this cgroup, where it has a limit), shared by the workers, or IMGBUILD_SPOOL_MEMORY.
+    In memory, the tar is never throttled behind the engine's own writes of the image (docker load writes
+    every layer twice); on disk it would be a third copy."""
+    if forced := os.environ.get("IMGBUILD_SPOOL_MEMORY", "").strip():
+        try:
+            return max(0, int(forced))
+        except ValueError:
+            raise UserError(f"IMGBUILD_SPOOL_MEMORY={forced!r}: give a number of bytes (0: every layer goes to the "
+                            f"temporary directory)") from None
     try:
         with Path("/proc/meminfo").open() as f:
             available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError):
         return 0
-    return available // 2 // WORKERS
+    room = _cgroup_room()
+    return (available if room is None else min(available, room)) // 2 // WORKERS
+
+
+# A tar header and, at most, the padding of its data.
+_ENTRY = 2 * tarfile.BLOCKSIZE
+
+
+def _tar_size(members: list[tuple[str, int]]) -> int:
+    """An upper bound of a plain tar of these (path, size) files: each one's header and padded data, a
+    header for each ancestor directory, and the end of the archive padded to a whole record."""
+    directories = {str(parent) for name, _ in members for parent in PurePosixPath(name).parents}
+    return sum(n + _ENTRY for _, n in members) + _ENTRY * len(directories) + 2 * tarfile.RECORDSIZE
+
+
+def planned_sizes(layers: list[WheelLayer], target: Target, files: tuple[ContextFile, ...]) -> list[int]:
+    """An upper estimate of each layer's plain tar, before anything is written, from the cached wheels' zip
+    directories (nothing is unzipped): every member unpacked, and a bytecode file beside each module taken
+    as no larger than its source. The rootfs/ layer last, when there is one."""
+    sizes = []
+    for wl in layers:
+        members: list[tuple[str, int]] = []
+        for entry in lockfile.parse(wl.text, f"layer {wl.name}").entries:
+            found = wheels.cached(entry, target)
+            if found is None:
+                continue
+            with contextlib.suppress(OSError, zipfile.BadZipFile), zipfile.ZipFile(found) as z:
+                for info in z.infolist():
+                    members.append((f"{VENV}/{info.filename}", info.file_size))
+                    if info.filename.endswith(".py"):
+                        members.append((f"{VENV}/{info.filename}c", info.file_size))
+        sizes.append(_tar_size(members))
+    mine = [(f.path.removeprefix(ROOTFS + "/"), len(f.content)) for f in files if f.path.startswith(ROOTFS + "/")]
+    return sizes + ([_tar_size(mine)] if mine else [])
+
+
+def spilled(sizes: list[int]) -> int:
+    """The bytes of those layers that go to the temporary directory (past the memory budget): all of them
+    at once at worst, when the engine loads slower than the workers write."""
+    budget = memory_budget()
+    return sum(n for n in sizes if n > budget)
 
 
 def _spooled(into: Path, fill: Callable[[tree.Spool], None], rule: tree.Rule, epoch: int) -> tuple[IO[bytes], Indexed]:
-    out: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=memory_budget(), mode="w+b", dir=str(into))  # noqa: SIM115
+    budget = memory_budget()
+    # (a SpooledTemporaryFile of max_size 0 never goes to disk: it would hold any layer in memory)
+    out: IO[bytes] = (tempfile.SpooledTemporaryFile(max_size=budget, mode="w+b", dir=str(into)) if budget  # noqa: SIM115
+                      else tempfile.TemporaryFile(mode="w+b", dir=str(into)))  # noqa: SIM115
     try:
         spool = tree.Spool(out, rule, epoch)
         fill(spool)

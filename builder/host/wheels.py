@@ -34,6 +34,7 @@ from ..errors import UserError
 from ..matrix.facts import InstallerFacts
 from ..plan.lockfile import PYPI_SIMPLE, Lock, Locked, digest
 from ..plan.wheelfiles import Candidate, Target, best_file, candidates, open_url, rank, reason, ssl_context
+from . import space
 
 __all__ = ["Target", "ssl_context"]  # the wheel-file facts live in plan/wheelfiles; callers reach them here too
 
@@ -110,26 +111,34 @@ def intact(path: Path, sha256: str) -> bool:
 
 def fetch_checked(url: str, sha256: str, target: Path, context: ssl.SSLContext) -> int:
     """Stream `url` into `target`, checking its SHA-256 on the way; the file appears only if it matches.
-    Returns its size."""
+    Returns its size. A file larger than the free space there is refused before its first byte."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    name = url.rsplit("/", 1)[-1]
     h = hashlib.sha256()
     size = 0
-    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".part-", delete=False) as out:
-        part = Path(out.name)
-        try:
-            with open_url(url, context) as response:
-                while block := response.read(1 << 20):
-                    h.update(block)
-                    out.write(block)
-                    size += len(block)
-            if h.hexdigest() != sha256:
-                raise UserError(f"{url}: its SHA-256 is {h.hexdigest()}, not the lock's {sha256}; nothing was "
-                                f"cached")
-            Path(out.name).chmod(0o644)
-            part.replace(target)
-            _remember(target, sha256)
-        finally:
-            part.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+    part = Path(tmp)
+    try:
+        with os.fdopen(fd, "wb") as out, open_url(url, context) as response:
+            length = int(response.headers.get("Content-Length") or 0)
+            space.check([space.Need(f"{name} in the wheel cache", target.parent, length,
+                                    "set XDG_CACHE_HOME to a larger filesystem")])
+            while block := response.read(1 << 20):
+                h.update(block)
+                out.write(block)
+                size += len(block)
+        if h.hexdigest() != sha256:
+            raise UserError(f"{url}: its SHA-256 is {h.hexdigest()}, not the lock's {sha256}; nothing was cached")
+        part.chmod(0o644)
+        part.replace(target)
+        _remember(target, sha256)
+    except OSError as exc:
+        if space.full(exc):
+            raise UserError(f"{target.parent}: the disk filled while {name} was downloaded there ({size / 1e6:.0f} "
+                            f"MB written); free space, or set XDG_CACHE_HOME to a larger filesystem") from None
+        raise
+    finally:
+        part.unlink(missing_ok=True)
     return size
 
 

@@ -107,6 +107,11 @@ class BuildInputs:
     shaping: str = ""
     base_layers: int = 0  # how many of the image's layers are the base's: not an input, known with it
 
+    @property
+    def base_ref(self) -> str:
+        """The FROM image's reference: the build's one argument (BASE_IMAGE or RUNTIME_IMAGE)."""
+        return self.buildargs[0][1]
+
     def digest(self) -> str:
         h = hashlib.sha256(_SCHEME)
         h.update(f"base {self.base_id}\n".encode())

@@ -7,9 +7,10 @@ import base64
 import hashlib
 import io
 import json
+import re
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,26 @@ def test_a_cached_wheel_cut_short_is_found_before_the_build_and_downloaded_again
     first, again = (json.loads((tmp_path / n).read_text())[0] for n in ("first.json", "again.json"))
     assert again["wheels_downloaded"] == 1
     assert again["image_id"] == first["image_id"], "the same image as from the whole wheel"
+
+
+def test_a_build_that_cannot_fit_its_temporary_directory_is_refused_before_its_first_step(
+        tmp_path: Path, small_disk: Callable[[int], Path]) -> None:
+    """With no memory for its layers and a temporary directory of 2 MB, the small image (pip's layer alone is
+    ~10 MB) is refused at once, in one line naming the directory and the sizes: nothing built, nothing tagged,
+    nothing left on that disk."""
+    client = engine.connect()
+    matrix = small_project(tmp_path / "project", NAME)
+    disk = small_disk(2_000_000)
+    assert imgbuild("base", "bootstrap", "debian12", timeout=600).returncode == 0
+    before = {str(i.id) for i in client.images.list(name=NAME)}
+    result = imgbuild("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), "--force",
+                      timeout=600, env={"TMPDIR": str(disk), "IMGBUILD_SPOOL_MEMORY": "0"})
+    said = (result.stdout + result.stderr).strip().splitlines()
+    assert result.returncode == 2, said
+    assert re.fullmatch(rf"imgbuild: error: not enough disk space for this build: the layers written to the "
+                        rf"temporary directory at {disk}: [\d.]+ [MG]B, but [\d.]+ MB is free there; free "
+                        rf"[\d.]+ [MG]B or set TMPDIR to a larger filesystem", said[-1]), said
+    assert not any("Traceback" in line for line in said)
+    assert not (tmp_path / "logs" / f"{SMALL_VARIANT}.log").exists(), "no build step ran"
+    assert {str(i.id) for i in client.images.list(name=NAME)} == before
+    assert list(disk.iterdir()) == []

@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -192,6 +192,48 @@ def test_a_damaged_cached_deb_is_found_before_the_build_and_downloaded_again(
     assert debs.cached(deb).read_bytes() == data
     assert said[0].startswith(f"{debs.cached(deb)}: the cached .deb does not match the lock's SHA-256")
     assert debs.ensure(lock, "locks/v.debs", None, said.append).downloaded == 0
+
+
+class _Unsized(http.server.BaseHTTPRequestHandler):
+    """Serves 3 MB with no Content-Length (a proxy that streams chunked): only the disk says when it is full."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"w" * 3_000_000)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("sized", [True, False])
+def test_a_download_larger_than_the_cache_disk_is_refused_naming_it_and_leaves_nothing(
+        cache: Path, index: Index, small_disk: Callable[[int], Path], sized: bool) -> None:
+    disk = small_disk(1_000_000)
+    data = b"w" * 3_000_000
+    index.serve("demo", "demo-1.0-py3-none-any.whl", data)
+    server = None
+    url = f"{index.url.removesuffix('/simple')}/files/demo-1.0-py3-none-any.whl"
+    if not sized:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unsized)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/demo-1.0-py3-none-any.whl"
+    try:
+        with pytest.raises(UserError) as refused:
+            wheels.fetch_checked(url, hashlib.sha256(data).hexdigest(), disk / "files" / "demo-1.0-py3-none-any.whl",
+                                 wheels.ssl_context(None))
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    if sized:  # refused before the first byte
+        assert str(refused.value).startswith("not enough disk space for this build: demo-1.0-py3-none-any.whl in "
+                                             f"the wheel cache at {disk / 'files'}: 3 MB, but ")
+        assert str(refused.value).endswith("set XDG_CACHE_HOME to a larger filesystem")
+    else:
+        assert str(refused.value).startswith(f"{disk / 'files'}: the disk filled while demo-1.0-py3-none-any.whl "
+                                             f"was downloaded there (")
+    assert list((disk / "files").iterdir()) == [], "no partial file is left"
 
 
 def test_the_server_serves_the_cache_and_frees_its_port(cache: Path) -> None:

@@ -1,0 +1,58 @@
+"""Where the layers imgbuild writes wait for the engine (builder/engine/direct.py): in memory up to a budget,
+then in the temporary directory; a disk that fills while one is written is named, and nothing is left."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from builder.engine import direct
+from builder.host import space
+from builder.plan.context import REGULAR, ContextFile
+
+
+def _files(size: int) -> tuple[ContextFile, ...]:
+    return (ContextFile("rootfs/opt/big.bin", b"b" * size, REGULAR),)
+
+
+def test_a_layer_past_the_memory_budget_goes_to_the_temporary_directory_and_a_full_one_leaves_nothing(
+        small_disk: Callable[[int], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    disk = small_disk(2_000_000)
+    monkeypatch.setenv("IMGBUILD_SPOOL_MEMORY", "0")  # every layer to disk
+    written = direct.files_layer(_files(500_000), disk, 0)
+    assert shutil.disk_usage(disk).used >= 500_000, "the layer's tar is on the disk, not in memory"
+    written.spool.close()
+    assert shutil.disk_usage(disk).used < 100_000, "and gone once it is read"
+    with pytest.raises(OSError) as filled:
+        direct.files_layer(_files(3_000_000), disk, 0)
+    assert space.full(filled.value), "the build names the temporary directory for this error (engine/build)"
+    assert list(disk.iterdir()) == [], "the spool is gone with the error"
+
+
+def test_within_the_budget_a_layer_stays_in_memory(small_disk: Callable[[int], Path],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    disk = small_disk(1_000_000)
+    monkeypatch.setenv("IMGBUILD_SPOOL_MEMORY", "10000000")
+    written = direct.files_layer(_files(3_000_000), disk, 0)  # three times the disk
+    assert shutil.disk_usage(disk).used < 100_000
+    written.spool.close()
+
+
+def test_the_estimate_bounds_the_layer_written(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    files = (*_files(300_000), ContextFile("rootfs/etc/x", b"x", REGULAR), ContextFile("Dockerfile", b"F", REGULAR))
+    [planned] = direct.planned_sizes([], None, files)  # type: ignore[arg-type]
+    written = direct.files_layer(files, tmp_path, 0)
+    size = written.spool.seek(0, 2)
+    written.spool.close()
+    assert size <= planned < size + 32768, (size, planned)
+
+
+def test_a_budget_that_is_not_a_number_is_refused_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.errors import UserError
+
+    monkeypatch.setenv("IMGBUILD_SPOOL_MEMORY", "2G")
+    with pytest.raises(UserError, match=r"^IMGBUILD_SPOOL_MEMORY='2G': give a number of bytes"):
+        direct.memory_budget()
