@@ -4,11 +4,15 @@ changed, and a scan of a saved image for given bytes."""
 from __future__ import annotations
 
 import base64
+import http.client
+import http.server
 import io
+import random
 import shutil
 import socket
 import subprocess
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -193,3 +197,103 @@ def registry(directory: Path, htpasswd: Path | None = None, readonly: bool = Fal
         proc.kill()
         proc.wait(timeout=30)
         log.close()
+
+
+class FlakyProxy(http.server.ThreadingHTTPServer):
+    """An HTTP proxy in front of a registry that answers slowly and with 5xx at random, as a registry behind a
+    loaded load balancer does: every request waits up to `delay_s`, and one in `odds` gets a 502, 503 or 504
+    instead of its answer while the failure budget (`allow`) lasts. A budget keeps the test deterministic in
+    its outcome: skopeo (1.9) retries no 5xx itself, so imgbuild's retries of a whole command must outlast it.
+    `failed` lists what was failed."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str, seed: int, delay_s: float = 0.1) -> None:
+        super().__init__(("127.0.0.1", 0), _Forward)
+        self.upstream, self.delay_s = upstream, delay_s
+        self.random = random.Random(seed)
+        self.lock = threading.Lock()
+        self.failed: list[str] = []
+        self.budget, self.odds = 0, 1
+
+    def allow(self, failures: int, odds: int) -> None:
+        with self.lock:
+            self.budget, self.odds = failures, odds
+
+    def should_fail(self, what: str) -> int | None:
+        with self.lock:
+            time.sleep(self.random.uniform(0, self.delay_s))
+            if self.budget <= 0 or self.random.randrange(self.odds):
+                return None
+            self.budget -= 1
+            self.failed.append(what)
+            return self.random.choice((502, 503, 504))
+
+
+class _Forward(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FlakyProxy
+
+    def _any(self) -> None:
+        length = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+        else:
+            body = self.rfile.read(int(length)) if length else b""
+        status = self.server.should_fail(f"{self.command} {self.path}")
+        if status is not None:
+            text = f"{status} from the flaky test proxy\n".encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return
+        connection = http.client.HTTPConnection(self.server.upstream, timeout=300)
+        try:
+            connection.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+            for k, v in self.headers.items():  # every Accept line: a registry picks the manifest type by them
+                if k.lower() not in ("transfer-encoding", "content-length"):
+                    connection.putheader(k, v)
+            if body or length:
+                connection.putheader("Content-Length", str(len(body)))
+            connection.endheaders(body)
+            answer = connection.getresponse()
+            self.send_response(answer.status, answer.reason)
+            kept = [(k, v) for k, v in answer.getheaders() if k.lower() not in ("transfer-encoding", "connection")]
+            data = answer.read()
+            for k, v in kept:
+                if k.lower() != "content-length":
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data) if self.command != "HEAD" else
+                                                   int(answer.getheader("Content-Length") or 0)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        finally:
+            connection.close()
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _any
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def flaky_proxy(upstream: str, seed: int) -> Iterator[FlakyProxy]:
+    """A FlakyProxy in front of HOST:PORT `upstream`; its own HOST:PORT is `proxy.host`."""
+    proxy = FlakyProxy(upstream, seed)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        yield proxy
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def proxy_host(proxy: FlakyProxy) -> str:
+    return f"127.0.0.1:{proxy.server_address[1]}"

@@ -254,12 +254,19 @@ def _engine_pull(client: docker.DockerClient, v: Variant, pinned: str, config_di
     """The engine's pull of `pinned` (REPOSITORY@DIGEST, so no build-hash tag is left here), kept only if its
     image ID is the digest of the config that was read."""
     repository, manifest = pinned.split("@", 1)
+
+    def once() -> None:
+        try:
+            for chunk in client.api.pull(repository, tag=manifest, stream=True, decode=True):
+                if "error" in chunk:
+                    raise registry.RegistryError(str(chunk["error"]))
+        except docker.errors.APIError as exc:
+            raise registry.RegistryError(str(exc.explanation or exc)) from None
+
     try:
-        for chunk in client.api.pull(repository, tag=manifest, stream=True, decode=True):
-            if "error" in chunk:
-                raise docker.errors.APIError(str(chunk["error"]))
-    except docker.errors.APIError as exc:
-        rep.say(v.name, f"not pulled ({str(exc.explanation or exc).splitlines()[0][:160]}); building")
+        registry.with_retries(once, say=lambda text: rep.say(v.name, f"pull {text}"))
+    except registry.RegistryError as exc:
+        rep.say(v.name, f"not pulled ({str(exc).splitlines()[0][:160]}); building")
         return None
     image = engine.image_or_none(client, pinned)
     got = str(image.id) if image is not None else "nothing"

@@ -15,19 +15,52 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import UserError
 
 TIMEOUT_S = 1800  # a copy between registries moves every blob a destination lacks: gigabytes, for a torch image
+# One read of a manifest or a config: a registry that has not answered by then is retried, not waited on.
+READ_TIMEOUT = "60s"
 _LOOPBACK = re.compile(r"(?:localhost|127(?:\.\d{1,3}){3})(?::\d+)?/")
-_MISSING = re.compile(r"manifest unknown|not found|name unknown|404", re.I)
+_MISSING = re.compile(r"manifest unknown|not found|name unknown|(?<![0-9a-f:])404(?![0-9a-f])", re.I)
+# What is worth another attempt: the connection, a timeout, a server busy or restarting (500, 502, 503, 504),
+# or asking to slow down (429). HTTP statuses are matched as whole numbers: never the same digits inside a
+# digest, a blob ID or a port (a registry on 127.0.0.1:44013 once made a 405 read as a 401).
+_TRANSIENT = re.compile(r"connection refused|connection reset|broken pipe|\bEOF\b|timeout|timed out|"
+                        r"too many requests|(?<![0-9a-f:])(?:50[0234]|429)(?![0-9a-f])|temporar|unreachable|"
+                        r"no route to host", re.I)
+RETRIES = 3  # after the first attempt: four in all
+BACKOFF_S = (1.0, 2.0, 4.0)  # the waits between them: a registry gets 7 s to come back, then the command fails
+T = TypeVar("T")
 
 
 class RegistryError(Exception):
-    pass
+    attempts = 1  # how many attempts ended in it (with_retries)
+
+
+def transient(message: str) -> bool:
+    return _TRANSIENT.search(message) is not None
+
+
+def with_retries(step: Callable[[], T], retry: Callable[[str], bool] = transient,
+                 say: Callable[[str], None] = lambda _: None, sleep: Callable[[float], None] = time.sleep) -> T:
+    """`step`, attempted again after each of BACKOFF_S while it raises a RegistryError that `retry` accepts;
+    the last error is raised with the number of attempts it took (`attempts`)."""
+    for attempt in range(1, RETRIES + 2):
+        try:
+            return step()
+        except RegistryError as exc:
+            exc.attempts = attempt
+            if attempt > RETRIES or not retry(str(exc)):
+                raise
+            wait = BACKOFF_S[attempt - 1]
+            say(f"attempt {attempt}/{RETRIES + 1} failed: {exc}; retrying in {wait:.0f}s")
+            sleep(wait)
+    raise AssertionError("unreachable")
 
 
 def _skopeo() -> str:
@@ -57,14 +90,18 @@ def _failure(result: subprocess.CompletedProcess[bytes], what: str) -> str:
 
 
 def _inspect(ref: str, flags: list[str], authfile: Path | None = None) -> bytes | None:
-    """What `skopeo inspect --raw` with `flags` prints for `ref`, as served; None when there is no such manifest."""
-    result = _run(["inspect", *flags, "--raw", "--retry-times", "2", *_auth("--authfile", authfile),
-                   *_tls(ref, "--tls-verify"), f"docker://{ref}"])
-    if result.returncode == 0:
-        return result.stdout
-    if _MISSING.search(result.stderr.decode(errors="replace")):
-        return None
-    raise RegistryError(f"{ref}: {_failure(result, ' '.join(['skopeo inspect', *flags]))}")
+    """What `skopeo inspect --raw` with `flags` prints for `ref`, as served; None when there is no such manifest.
+    A registry that fails transiently (a 503, a reset, no answer within READ_TIMEOUT) is asked again."""
+    def once() -> bytes | None:
+        result = _run(["--command-timeout", READ_TIMEOUT, "inspect", *flags, "--raw", *_auth("--authfile", authfile),
+                       *_tls(ref, "--tls-verify"), f"docker://{ref}"])
+        if result.returncode == 0:
+            return result.stdout
+        if _MISSING.search(result.stderr.decode(errors="replace")):
+            return None
+        raise RegistryError(f"{ref}: {_failure(result, ' '.join(['skopeo inspect', *flags]))}")
+
+    return with_retries(once)
 
 
 def raw_manifest(ref: str, authfile: Path | None = None) -> bytes | None:
@@ -110,20 +147,26 @@ def fetch_archive(ref: str, archive: Path) -> None:
     manifest's digests, layers uncompressed, no tag. Loading it gives the engine the same image a local build
     loads; the engine's own pull would not on the containerd store, where an image whose base layer the
     engine holds only uncompressed (loaded, never pulled) has no content for that blob and inspects empty."""
-    result = _run(["copy", "--retry-times", "2", *_tls(ref, "--src-tls-verify"), f"docker://{ref}",
-                   f"docker-archive:{archive}"])
-    if result.returncode != 0:
-        raise RegistryError(f"{ref}: {_failure(result, 'skopeo copy')}")
+    def once() -> None:
+        archive.unlink(missing_ok=True)  # an attempt cut short leaves a part of it
+        result = _run(["copy", "--retry-times", "2", *_tls(ref, "--src-tls-verify"), f"docker://{ref}",
+                       f"docker-archive:{archive}"])
+        if result.returncode != 0:
+            raise RegistryError(f"{ref}: {_failure(result, 'skopeo copy')}")
+
+    with_retries(once)
 
 
 def copy(source: str, destination: str) -> None:
     """Copy `source` (by digest) to `destination` (a tag), manifest bytes unchanged: blobs the destination
     lacks are copied or mounted, nothing is re-compressed."""
-    result = _run(["copy", "--preserve-digests", "--retry-times", "2", *_tls(source, "--src-tls-verify"),
-                   *_tls(destination, "--dest-tls-verify"), f"docker://{source}", f"docker://{destination}"])
-    if result.returncode != 0:
-        error = result.stderr.decode(errors="replace").strip()
-        raise RegistryError(f"copy {source} -> {destination}: {error.splitlines()[-1] if error else 'failed'}")
+    def once() -> None:
+        result = _run(["copy", "--preserve-digests", "--retry-times", "2", *_tls(source, "--src-tls-verify"),
+                       *_tls(destination, "--dest-tls-verify"), f"docker://{source}", f"docker://{destination}"])
+        if result.returncode != 0:
+            raise RegistryError(f"copy {source} -> {destination}: {_failure(result, 'skopeo copy')}")
+
+    with_retries(once)
 
 
 def publish_layout(layout: Path, destination: str, authfile: Path | None, progress: Callable[[str], None]) -> None:

@@ -33,15 +33,9 @@ from ..plan import expected
 from ..plan.context import HASH_LABEL, hash_ref
 from . import layout
 
-RETRIES = 3  # after the first attempt: four in all
-BACKOFF_S = (1.0, 2.0, 4.0)
-# HTTP statuses are matched as whole numbers: never the same digits inside a digest, a blob ID or a port (a
-# registry on 127.0.0.1:44013 once made a read-only registry's 405 read as an authentication failure).
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|"
                    r"(?<![0-9a-f:])401(?![0-9a-f])", re.I)
 _READ_ONLY = re.compile(r"(?<![0-9a-f:])405(?![0-9a-f])|method not allowed|unsupported", re.I)
-_TRANSIENT = re.compile(r"connection refused|connection reset|broken pipe|\bEOF\b|timeout|timed out|"
-                        r"(?<![0-9a-f:])50[0234](?![0-9a-f])|temporar|unreachable|no route to host", re.I)
 
 
 class PushError(Exception):
@@ -67,24 +61,20 @@ def target_refs(v: Variant, registry: str) -> tuple[str, ...]:
 
 def push_ref(oci: Path, ref: str, authfile: Path | None, say: Callable[[str], None],
              sleep: Callable[[float], None] = time.sleep) -> None:
-    """Copy the layout to one tag, retrying connection failures."""
-    for attempt in range(1, RETRIES + 2):
-        try:
-            registry.publish_layout(oci, ref, authfile, say)
-            return
-        except registry.RegistryError as exc:
-            message = str(exc)
-            if _AUTH.search(message):
-                raise PushError(f"{ref}: authentication failed: {message} (not retried: check the "
-                                f"credentials)", attempt) from None
-            if not _TRANSIENT.search(message) or attempt > RETRIES:
-                what = f"after {attempt} attempts" if attempt > 1 else "not retried: not a connection failure"
-                hint = ("; the registry refuses writes (HTTP 405: read-only, or a pull-through mirror)"
-                        if _READ_ONLY.search(message) else "")
-                raise PushError(f"{ref}: push failed ({what}): {message}{hint}", attempt) from None
-            wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
-            say(f"attempt {attempt}/{RETRIES + 1} failed: {message}; retrying in {wait:.0f}s")
-            sleep(wait)
+    """Copy the layout to one tag, retrying what is transient (registry.with_retries); an auth failure is
+    never retried."""
+    try:
+        registry.with_retries(lambda: registry.publish_layout(oci, ref, authfile, say),
+                              lambda message: not _AUTH.search(message) and registry.transient(message), say, sleep)
+    except registry.RegistryError as exc:
+        message, attempt = str(exc), exc.attempts
+        if _AUTH.search(message):
+            raise PushError(f"{ref}: authentication failed: {message} (not retried: check the credentials)",
+                            attempt) from None
+        what = f"after {attempt} attempts" if attempt > 1 else "not retried: not a connection failure"
+        hint = ("; the registry refuses writes (HTTP 405: read-only, or a pull-through mirror)"
+                if _READ_ONLY.search(message) else "")
+        raise PushError(f"{ref}: push failed ({what}): {message}{hint}", attempt) from None
 
 
 def _authfile(directory: Path, refs: tuple[str, ...], auth: dict[str, str] | None) -> Path | None:
@@ -123,6 +113,9 @@ def publish(client: docker.DockerClient, v: Variant, registry_ns: str, auth: dic
                         f"`imgbuild test --variant {v.name}`, or pass --force")
     build_hash = (image.attrs.get("Config", {}).get("Labels") or {}).get(HASH_LABEL)
     refs = target_refs(v, registry_ns) + ((hash_ref(v, registry_ns, build_hash),) if build_hash else ())
+    # The build-hash tag first: it takes every blob up, so the public tags after it are a manifest each,
+    # the least a registry can fail on.
+    order = refs[-1:] + refs[:-1] if build_hash else refs
     with blobs.scratch("push-") as tmp:
         say(f"{v.name}: writing the layout to publish")
         packed = layout.write(client, image_id, Path(tmp) / "oci")
@@ -130,8 +123,14 @@ def publish(client: docker.DockerClient, v: Variant, registry_ns: str, auth: dic
                              else f"every layer compressed here, kept in {blobs.root()} for the next push"))
         state = check(committed, packed, v.name)
         authfile = _authfile(Path(tmp), refs, auth)
-        for ref in refs:
-            push_ref(packed.path, ref, authfile, _prefixed(say, ref))
+        for i, ref in enumerate(order):
+            try:
+                push_ref(packed.path, ref, authfile, _prefixed(say, ref))
+            except PushError as exc:
+                if i:  # a registry has no transaction over tags: say what stands and how to finish
+                    raise PushError(f"{exc}; already published, the same manifest: {', '.join(order[:i])}; run "
+                                    f"the same push again to publish the rest", exc.attempts) from None
+                raise
         for ref in refs:
             served = registry.digest(ref, authfile)
             if served != packed.manifest:

@@ -16,9 +16,10 @@ import pytest
 
 from builder.checks import records
 from builder.engine import client as engine
+from builder.host import registry as registry_client
 
 from ..conftest import ROOT, imgbuild
-from ..helpers import SMALL_VARIANT, registry, small_project
+from ..helpers import SMALL_VARIANT, flaky_proxy, proxy_host, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 
@@ -233,3 +234,40 @@ def test_a_second_push_of_the_same_bytes_compresses_nothing_and_a_damaged_blob_i
     assert from_cache == [False, True, False], "compressed, then taken from the cache, then made again"
     assert len(manifests[0]) == 1 and manifests[0] == manifests[1] == manifests[2], manifests
     assert biggest.stat().st_size > len(b"cut short"), "the damaged blob was written whole again"
+
+
+def test_a_registry_that_answers_slowly_and_with_5xx_at_random_gets_the_push_and_the_lookup_through(
+        client: docker.DockerClient, small_image: tuple[Path, str], tmp_path: Path) -> None:
+    """A proxy in front of the registry delays every request and answers 502/503/504 at random. Failing more
+    than the retries outlast, the push fails naming the attempts and publishes no tag; run again, it retries
+    what fails, publishes every tag on one manifest; and a fresh runner's build finds the image through the
+    same proxy and pulls it (the lookup and the pull retried too). Last in this module: it removes the image
+    and gets it back from the registry."""
+    matrix, _ = small_image
+    image_id = str(client.images.get(f"{NAME}:{TAGS[1]}").id)
+    push = ("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--force")
+    with registry(tmp_path) as host, flaky_proxy(host, seed=33) as proxy:
+        via = proxy_host(proxy)
+        proxy.allow(failures=1000, odds=1)  # every request fails: more than the retries outlast
+        failed = imgbuild(*push, "--registry", f"{via}/ml", timeout=900)
+        assert failed.returncode == 1 and "push failed (after 4 attempts)" in failed.stderr, failed.stderr[-3000:]
+        assert "already published" not in failed.stderr
+        assert all(registry_client.digest(f"{host}/ml/{NAME}:{tag}") is None for tag in TAGS), "no tag at all"
+        proxy.allow(failures=3, odds=3)
+        before = len(proxy.failed)
+        pushed = imgbuild(*push, "--registry", f"{via}/ml", timeout=900)
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        assert len(proxy.failed) == before + 3 and re.search(r"attempt 1/4 failed: .*50[234].*; retrying in 1s",
+                                                    pushed.stderr), (proxy.failed, pushed.stderr[-3000:])
+        [manifest] = set(re.findall(r"@(sha256:[0-9a-f]{64})$", pushed.stdout, flags=re.M))
+        served = {registry_client.digest(f"{host}/ml/{NAME}:{tag}") for tag in TAGS}
+        assert served == {manifest}, "every tag, read from the registry itself, names the one manifest"
+        client.images.remove(image_id, force=True)
+        proxy.allow(failures=3, odds=2)
+        result = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", f"{via}/ml",
+                          "--json", str(tmp_path / "pulled.json"), "--log-dir", str(tmp_path / "logs"), timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads((tmp_path / "pulled.json").read_text())[0]["status"] == "pulled", \
+            (proxy.failed, result.stdout[-3000:])
+        assert len(proxy.failed) > before + 3, "the lookup and the pull were failed too"
+        assert str(client.images.get(f"{NAME}:{TAGS[1]}").id) == image_id
