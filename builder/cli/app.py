@@ -310,7 +310,7 @@ def _record_push_layouts(client: docker.DockerClient, res: m.Resolution, project
         got = expected.read(project, v) if r.digests == "recorded" else None
         if got is None or r.image_id is None:
             continue
-        with blobs.scratch("record-") as tmp:
+        with blobs.scratch("record") as tmp:
             packed = layout.write(client, r.image_id, Path(tmp) / "oci")
         expected.write(project, v, dataclasses.replace(got, packing=layout.VERSION, manifest=packed.manifest,
                                                        blobs=tuple(b.digest for b in packed.layers)))
@@ -569,13 +569,16 @@ def prune_cmd(
     """Remove the images (and their build cache) imgbuild made, found by label, and the blob cache of pushes."""
     from ..engine import client as engine
     from ..engine import prune
-    from ..host import blobs
+    from ..host import blobs, scratch
 
     image_name = m.load(m.matrix_path(matrix)).facts.image.name if matrix is not None else None
     client = engine.connect()
     for cid in prune.leftover_containers(client, dry_run):
         typer.echo(("would remove " if dry_run else "removed ") + f"container {cid} (a compile container that "
                                                                   f"an ended run left)")
+    for path, held in [*scratch.sweep(dry_run=dry_run), *scratch.sweep(blobs.root(), dry_run)]:
+        typer.echo(("would remove " if dry_run else "removed ") + f"{path} ({held / 1e6:.0f} MB, a temporary "
+                                                                  f"directory that an ended run left)")
     names, freed = prune.prune(client, bases, dry_run, image_name)
     for name in names:
         typer.echo(("would remove " if dry_run else "removed ") + name)

@@ -19,7 +19,7 @@ import docker.errors
 from .. import patterns
 from ..errors import UserError
 from ..host import debs as host_debs
-from ..host import registry, space, state, wheel_server, wheels
+from ..host import registry, scratch, space, state, wheel_server, wheels
 from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
@@ -238,7 +238,7 @@ def pull_built(client: docker.DockerClient, v: Variant, registry_ns: str, digest
     rep.begin(v.name, f"pulling {pinned}")
     if not engine.containerd_store(client.info()):
         return _engine_pull(client, v, pinned, found, rep)
-    with tempfile.TemporaryDirectory(prefix="imgbuild-pull-") as tmp:
+    with scratch.directory("pull") as tmp:
         archive = Path(tmp) / "image.tar"
         try:
             registry.fetch_archive(pinned, archive)
@@ -282,6 +282,8 @@ def _engine_pull(client: docker.DockerClient, v: Variant, pinned: str, config_di
 def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
               opts: BuildOptions, rep: Reporter, builder: Builder | None = None) -> BuildResult:
     start = time.monotonic()
+    for path, held in scratch.sweep():
+        rep.say(v.name, f"removed {path} ({space.size(held)}), which an ended run left")
     rep.begin(v.name, "resolving inputs")
     build_inputs = inputs(client, res, v, project, opts)
     digest = build_inputs.digest()

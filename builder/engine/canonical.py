@@ -21,7 +21,6 @@ import hashlib
 import json
 import re
 import tarfile
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import IO
 
 import docker
 
+from ..host import scratch
 from ..oci import layer
 from ..oci.layer import Indexed, Key, apply, archive_member, index, plan
 from ..plan.expected import Digests
@@ -177,7 +177,7 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
     a skeleton on a runtime image that the engine holds by chain ID is not read at all."""
     layer.check_writer()
     carry = containerd_store(client.info())
-    with tempfile.TemporaryDirectory(prefix="imgbuild-canonical-") as tmp:
+    with scratch.directory("canonical") as tmp:
         known = engine_config(client, built_id) if not carry else None
         diff_ids = list((known or {}).get("rootfs", {}).get("diff_ids") or [])  # type: ignore[attr-defined]
         if known is not None and len(diff_ids) == keep:

@@ -25,7 +25,7 @@ from typing import IO
 import docker
 
 from ..errors import UserError
-from ..host import wheels
+from ..host import scratch, wheels
 from ..matrix.variant import Variant
 from ..oci import layer, tree, wheel
 from ..oci.layer import Indexed
@@ -229,5 +229,5 @@ def wheel_step(wl: WheelLayer) -> str:
     return f"imgbuild: layer {wl.name}: {wl.summary}"
 
 
-def temporary() -> tempfile.TemporaryDirectory[str]:
-    return tempfile.TemporaryDirectory(prefix="imgbuild-layers-")
+def temporary() -> contextlib.AbstractContextManager[Path]:
+    return scratch.directory("layers")

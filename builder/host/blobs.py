@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from ..patterns import DIGEST
+from . import scratch as scratch_dirs
 
 _BLOCK = 1 << 20
 
@@ -32,10 +33,12 @@ def root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imgbuild" / "blobs"
 
 
-def scratch(prefix: str) -> tempfile.TemporaryDirectory[str]:
-    """A temporary directory beside the cache, so that blobs are linked into it, not copied."""
+def scratch(kind: str) -> contextlib.AbstractContextManager[Path]:
+    """A temporary directory beside the cache, so that blobs are linked into it, not copied; what a killed
+    run left of one is removed by the next (host/scratch)."""
     root().mkdir(parents=True, exist_ok=True)
-    return tempfile.TemporaryDirectory(prefix=f".{prefix}", dir=root())
+    scratch_dirs.sweep(root())
+    return scratch_dirs.directory(kind, root())
 
 
 def _blob(digest: str) -> Path:
@@ -120,12 +123,17 @@ def fetch(digest: str, target: Path) -> None:
 
 
 def clear() -> int:
-    """Empty the cache; the bytes of blobs freed."""
+    """Empty the cache, but for the scratch directories of pushes running now; the bytes of blobs freed."""
     freed = 0
     if root().is_dir():
         for path in (root() / "sha256").glob("*"):
             with contextlib.suppress(OSError):
                 if path.is_file() and path.stat().st_nlink == 1:
                     freed += path.stat().st_size
-        shutil.rmtree(root(), ignore_errors=True)
+        scratch_dirs.sweep(root())
+        for path in root().iterdir():
+            if not path.name.startswith(scratch_dirs.PREFIX):
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # empty unless a push is running
+            root().rmdir()
     return freed

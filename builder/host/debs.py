@@ -22,6 +22,7 @@ def cached(deb: Deb) -> Path:
 
 def ensure(lock: DebLock, where: str, ca_bundle: Path | None, say: Callable[[str], None]) -> wheels.Fetched:
     start = time.monotonic()
+    wheels.sweep_parts(wheels.root() / "debs")
     for deb in lock.debs:
         if cached(deb).is_file() and not wheels.intact(cached(deb), deb.sha256):
             cached(deb).unlink(missing_ok=True)

@@ -39,6 +39,7 @@ from . import space
 __all__ = ["Target", "ssl_context"]  # the wheel-file facts live in plan/wheelfiles; callers reach them here too
 
 DOWNLOAD_JOBS = 4
+PART = ".part-"  # a download under way, beside where it will be named
 
 
 def root() -> Path:
@@ -116,8 +117,9 @@ def fetch_checked(url: str, sha256: str, target: Path, context: ssl.SSLContext) 
     name = url.rsplit("/", 1)[-1]
     h = hashlib.sha256()
     size = 0
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=PART)
     part = Path(tmp)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held while it downloads: `sweep_parts` takes only what a dead run left
     try:
         with os.fdopen(fd, "wb") as out, open_url(url, context) as response:
             length = int(response.headers.get("Content-Length") or 0)
@@ -140,6 +142,27 @@ def fetch_checked(url: str, sha256: str, target: Path, context: ssl.SSLContext) 
     finally:
         part.unlink(missing_ok=True)
     return size
+
+
+def sweep_parts(directory: Path) -> int:
+    """Remove the partial downloads under `directory` that no live run is writing (a kill -9 mid-download
+    leaves one); their bytes."""
+    freed = 0
+    for part in directory.glob(f"{PART}*"):
+        try:
+            fd = os.open(part, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
+        else:
+            freed += os.fstat(fd).st_size
+            part.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    return freed
 
 
 def _download(candidate: Candidate, context: ssl.SSLContext) -> int:
@@ -188,6 +211,7 @@ def ensure(lock: Lock, target: Target, where: str, ca_bundle: Path | None,
     """Make every wheel of `lock` for `target` present in the cache, downloading only the missing ones."""
     start = time.monotonic()
     ranks = target.ranks()
+    sweep_parts(root() / "files")
     for entry in lock.entries:
         found = _best(entry, target, ranks)
         if found is not None and not intact(*found):

@@ -116,7 +116,7 @@ def publish(client: docker.DockerClient, v: Variant, registry_ns: str, auth: dic
     # The build-hash tag first: it takes every blob up, so the public tags after it are a manifest each,
     # the least a registry can fail on.
     order = refs[-1:] + refs[:-1] if build_hash else refs
-    with blobs.scratch("push-") as tmp:
+    with blobs.scratch("push") as tmp:
         say(f"{v.name}: writing the layout to publish")
         packed = layout.write(client, image_id, Path(tmp) / "oci")
         say(f"{v.name}: " + ("every blob taken from the blob cache, checked: nothing compressed" if packed.cached

