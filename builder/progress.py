@@ -15,6 +15,7 @@ class Reporter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._start: dict[str, float] = {}
+        self._doing: dict[str, str] = {}  # what each variant began last, in the user's words
 
     def __enter__(self) -> Reporter:
         return self
@@ -28,10 +29,19 @@ class Reporter:
 
     def begin(self, name: str, what: str) -> None:
         self._start[name] = time.monotonic()
+        self._track(name, what)
         self.say(name, what)
 
     def step(self, name: str, k: int, n: int, instruction: str) -> None:
+        self._track(name, k=k, n=n, instruction=instruction)
         self.say(name, f"step {k}/{n}: {instruction[:100]}")
+
+    def _track(self, name: str, what: str = "", k: int = 0, n: int = 0, instruction: str = "") -> None:
+        self._doing[name] = what or f"the engine ran step {k}/{n} ({instruction[:60]})"
+
+    def current(self, name: str) -> str:
+        """What `name` was doing last, for a message that says what was lost."""
+        return self._doing.get(name, "")
 
     def say(self, name: str, text: str) -> None:
         with self._lock:

@@ -46,9 +46,26 @@ BRIDGES = {"overlay2": ("imgbuild28o", "172.31.1.1/24"), "containerd": ("imgbuil
 class InnerEngine:
     store: str
     host: str  # unix:///.../docker.sock, for DOCKER_HOST
+    container: str  # its container on the host's engine
 
     def client(self) -> docker.DockerClient:
         return docker.DockerClient(base_url=self.host, version="auto", timeout=3600)
+
+    def wait(self, what: str = "start") -> None:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                self.client().ping()
+                return
+            except (docker.errors.DockerException, OSError):
+                assert time.monotonic() < deadline, f"dockerd ({self.store}) did not {what} within 90 s"
+                time.sleep(1)
+
+    def restart(self, host: docker.DockerClient) -> None:
+        """What a package upgrade or a crash does to an engine: dockerd stopped (SIGTERM, SIGKILL after 2 s)
+        and started again, its data kept; returns once it answers."""
+        host.containers.get(self.container).restart(timeout=2)
+        self.wait("come back")
 
 
 def engine_image(host: docker.DockerClient) -> str:
@@ -102,15 +119,11 @@ def inner_engine(host: docker.DockerClient, store: str) -> Iterator[InnerEngine]
                                      env={**os.environ, "DOCKER_HOST": endpoint().host})  # the engine imgbuild found
             assert started.returncode == 0, started.stderr
             container = host.containers.get(started.stdout.strip())
-            engine = InnerEngine(store, f"unix://{sockdir}/docker.sock")
-            deadline = time.monotonic() + 90
-            while True:
-                try:
-                    engine.client().ping()
-                    break
-                except (docker.errors.DockerException, OSError):
-                    assert time.monotonic() < deadline, f"dockerd ({store}) did not start: {container.logs()[-2000:]!r}"
-                    time.sleep(1)
+            engine = InnerEngine(store, f"unix://{sockdir}/docker.sock", name)
+            try:
+                engine.wait()
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: {container.logs()[-2000:]!r}") from None
             yield engine
         finally:
             with contextlib.suppress(docker.errors.NotFound):  # by name: also one created but never started

@@ -37,9 +37,11 @@ class RichReporter(Reporter):
 
     def begin(self, name: str, what: str) -> None:
         self._start[name] = time.monotonic()
+        self._track(name, what)
         self._tasks[name] = self._progress.add_task(what, name=name, total=None)
 
     def step(self, name: str, k: int, n: int, instruction: str) -> None:
+        self._track(name, k=k, n=n, instruction=instruction)
         self._progress.update(self._tasks[name], description=f"step {k}/{n}: {instruction[:80]}")
 
     def say(self, name: str, text: str) -> None:

@@ -462,16 +462,30 @@ def build_all(client: docker.DockerClient, res: Resolution, variants: list[Varia
         try:
             return build_one(client, res, v, project, opts, rep, builder)
         except BuildFailed as exc:
+            if not engine.answers(client):  # the step failed because the engine went away under it
+                return _engine_lost(v, start, exc.step, rep)
             where = f" at {exc.step[:150]}" if exc.step else ""
             rep.say(v.name, f"FAILED{where}")
             return BuildResult(v.name, "failed", time.monotonic() - start, log=exc.log,
                                message=f"{exc.reason}{where}\n" + "\n".join(f"    {t}" for t in exc.tail))
+        except Exception as exc:
+            if not engine.lost(exc):
+                raise
+            return _engine_lost(v, start, rep.current(v.name), rep)
 
     for wave in order(res, variants):
         done = [one(v) for v in wave] if opts.jobs <= 1 else _parallel(one, wave, opts.jobs, builder)
         results += done
         failed |= {r.variant for r in done if r.status == "failed"}
     return results
+
+
+def _engine_lost(v: Variant, start: float, doing: str, rep: Reporter) -> BuildResult:
+    rep.say(v.name, "FAILED: the engine stopped answering")
+    return BuildResult(v.name, "failed", time.monotonic() - start,
+                       message=f"the engine stopped answering (restarted or stopped) while {doing or 'building'}: "
+                               f"that work is lost and nothing was tagged; run the same command again once the "
+                               f"engine is back")
 
 
 def _parallel(one: Callable[[Variant], BuildResult], wave: list[Variant], jobs: int,

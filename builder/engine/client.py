@@ -33,6 +33,22 @@ class Endpoint:
     tls_verify: bool = True
 
 
+def lost(exc: BaseException) -> bool:
+    """Whether `exc` is the engine going away in the middle of a request (a restart, a crash, an upgrade of
+    its package): the connection refused, dropped or cut short while it streamed."""
+    import requests
+
+    return isinstance(exc, (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError,
+                            ConnectionError))
+
+
+def answers(client: docker.DockerClient) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:  # any failure to answer is no answer
+        return False
+
+
 def _docker_config_dir() -> Path:
     return Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
 

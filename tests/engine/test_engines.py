@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import docker
@@ -12,7 +16,7 @@ import pytest
 from builder.checks.verify_repro import compare
 from builder.engine import saved
 
-from ..conftest import imgbuild
+from ..conftest import ROOT, imgbuild
 from ..engines import STORES, InnerEngine
 from ..helpers import SMALL_VARIANT, registry, small_project
 
@@ -122,3 +126,40 @@ def test_push_round_trip_prune_and_a_registry_hit(inner: InnerEngine, tmp_path: 
         assert again["status"] == "pulled", (again, [line for line in out.splitlines()
                                                      if "looking" in line or "pull" in line or "carries" in line])
         assert what(client, again["image_id"]) == made, "the image this engine built: its config and its layers"
+
+
+def test_an_engine_restart_mid_build_is_one_line_and_the_same_command_then_succeeds(
+        inner_engines: dict[str, InnerEngine], tmp_path: Path) -> None:
+    """The engine restarts (a package upgrade, a crash) while imgbuild writes and loads its layers: one line
+    names what was lost and says to run the command again (exit 1, no traceback), nothing is tagged, and the
+    same command then builds the image."""
+    inner = inner_engines["overlay2"]
+    host = docker.from_env()
+    name = f"{NAME}-restart"  # images of their own: the rerun must really build
+    matrix = small_project(tmp_path / "project", name)
+    assert on(inner, "base", "bootstrap", "debian12")[0] == 0
+    build = ("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"))
+    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *build], cwd=ROOT,
+                            env={**os.environ, "DOCKER_HOST": inner.host}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    said = []
+    for line in proc.stdout:
+        said.append(line)
+        if "wheel layers and the rootfs/ layer, loading" in line:
+            inner.restart(host)
+            break
+    said += proc.stdout.read()
+    proc.wait(timeout=600)
+    out = " ".join("".join(said).split())  # the summary table wraps long lines
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "internal error" not in out, out[-3000:]
+    assert re.search(r"the engine stopped answering \(restarted or stopped\) while writing 1 wheel layers and the "
+                     r"rootfs/ layer, loading them as they are done: that work is lost and nothing was tagged; run "
+                     r"the same command again once the engine is back", out), out[-3000:]
+    client = inner.client()
+    assert client.images.list(name=name) == [], "nothing tagged"
+    code, out = on(inner, *build, "--json", str(tmp_path / "again.json"))
+    assert code == 0, out[-3000:]
+    assert [r["status"] for r in json.loads((tmp_path / "again.json").read_text())] == ["built"]
+    assert len(client.images.list(name=name)) == 1
