@@ -26,12 +26,10 @@ from docker.types import DeviceRequest
 
 from smoke_tests.results import RESULTS_MARKER, Result, summary
 
+from ..engine.prune import RUN, TEST_LABEL
 from ..errors import UserError
 from . import records
 
-TEST_LABEL = "io.imgbuild.test"
-# Its value on the containers of this run: Ctrl-C removes these, not those of another run on the same host.
-RUN_ID = secrets.token_hex(8)
 SUITE_TIMEOUT_S = 1200
 SHM = "2g"  # NCCL's shared-memory transport and DataLoader workers fail with Docker's 64 MB default
 IMAGE_CHECKS = Path(__file__).parent / "image_checks" / "test_image.py"
@@ -71,7 +69,7 @@ def gpu_request(client: docker.DockerClient, image: str, gpus: str) -> tuple[lis
     # Created and removed by hand: `run(remove=True)` leaves the container behind when the GPU request
     # fails at start, which is exactly the case probed here.
     container = client.containers.create(image, probe, device_requests=request, entrypoint=[],
-                                         labels={TEST_LABEL: RUN_ID})
+                                         labels={TEST_LABEL: RUN})
     try:
         container.start()
         container.wait(timeout=120)
@@ -91,7 +89,7 @@ def run_container(client: docker.DockerClient, image: str, command: list[str], t
                   **kwargs: Any) -> tuple[int, str]:
     """Run a command in a fresh container of the image and remove it, whatever happens; returns the exit
     code (124 when it outran timeout_s) and the logs."""
-    container = client.containers.run(image, command, detach=True, labels={TEST_LABEL: RUN_ID}, **kwargs)
+    container = client.containers.run(image, command, detach=True, labels={TEST_LABEL: RUN}, **kwargs)
     try:
         try:
             code = int(container.wait(timeout=timeout_s).get("StatusCode", -1))
@@ -123,7 +121,7 @@ def suite(client: docker.DockerClient, image: str, labels: dict[str, str], devic
 
 def image_checks(client: docker.DockerClient, image: str, labels: dict[str, str]) -> list[Result]:
     """pytest-testinfra over the docker backend, against a container of the image kept running."""
-    container = client.containers.run(image, ["sleep", "infinity"], detach=True, labels={TEST_LABEL: RUN_ID})
+    container = client.containers.run(image, ["sleep", "infinity"], detach=True, labels={TEST_LABEL: RUN})
     try:
         with tempfile.TemporaryDirectory() as tmp:
             junit = Path(tmp) / "image.xml"
@@ -204,7 +202,7 @@ def jupyter(client: docker.DockerClient, image: str) -> list[Result]:
     results: list[Result] = []
     token = secrets.token_hex(16)
     # (HOST_IP, None) publishes on a free loopback port; docker-py's stubs only know (HOST_IP, PORT).
-    container = client.containers.run(image, detach=True, labels={TEST_LABEL: RUN_ID}, environment={  # type: ignore[call-overload]
+    container = client.containers.run(image, detach=True, labels={TEST_LABEL: RUN}, environment={  # type: ignore[call-overload]
         "JUPYTER_TOKEN": token}, ports={"8888/tcp": ("127.0.0.1", None)})
     try:
         start = time.monotonic()
@@ -287,7 +285,7 @@ def text(header: str, reports: list[ImageReport]) -> str:
 
 def remove_test_containers(client: docker.DockerClient) -> int:
     """After Ctrl-C: every container this run started, found by its label."""
-    found = client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={RUN_ID}"})
+    found = client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={RUN}"})
     for c in found:
         c.remove(force=True)
     return len(found)

@@ -407,8 +407,11 @@ def _cancelled(exc: KeyboardInterrupt) -> str:
 def _run_tests(refs: list[str], gpus: str, require_gpu: bool, junit: Path | None, json_file: Path | None) -> None:
     from ..checks import smoke
     from ..engine import client as engine
+    from ..engine import prune
 
     client = engine.connect()
+    for container in prune.leftover_containers(client):
+        typer.echo(f"removed container {container}", err=True)
     reports, header = [], ""
     try:
         for ref in refs:
@@ -573,9 +576,8 @@ def prune_cmd(
 
     image_name = m.load(m.matrix_path(matrix)).facts.image.name if matrix is not None else None
     client = engine.connect()
-    for cid in prune.leftover_containers(client, dry_run):
-        typer.echo(("would remove " if dry_run else "removed ") + f"container {cid} (a compile container that "
-                                                                  f"an ended run left)")
+    for container in prune.leftover_containers(client, dry_run):
+        typer.echo(("would remove " if dry_run else "removed ") + f"container {container}")
     for path, held in [*scratch.sweep(dry_run=dry_run), *scratch.sweep(blobs.root(), dry_run)]:
         typer.echo(("would remove " if dry_run else "removed ") + f"{path} ({held / 1e6:.0f} MB, a temporary "
                                                                   f"directory that an ended run left)")

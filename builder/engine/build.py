@@ -408,8 +408,8 @@ def _write_direct(client: docker.DockerClient, res: Resolution, v: Variant, proj
     """The image from the engine's skeleton and the layers imgbuild writes (engine/direct), loaded while the
     later layers are still being written."""
     layers = wheel_layers(v, project)
-    if left := prune.leftover_containers(client):
-        rep.say(v.name, f"removed {len(left)} compile container(s) that an ended run left: {', '.join(left)}")
+    for container in prune.leftover_containers(client):
+        rep.say(v.name, f"removed container {container}")
     rep.begin(v.name, f"writing {len(layers)} wheel layers and the rootfs/ layer, loading them as they are done")
     with direct.temporary() as tmp, direct.writing(client, built, v, layers, target_of(res, v), build_inputs.files,
                                                    Path(tmp), v.source_date_epoch) as pending:

@@ -8,7 +8,12 @@ import socket
 import docker
 import docker.errors
 
-from .bytecode import COMPILE_LABEL
+from .bytecode import COMPILE_LABEL, owner
+
+# `imgbuild test`'s containers (checks/smoke), labelled with their run ("host:pid"): Ctrl-C removes this run's,
+# not another's on the same host; the next run or `imgbuild prune` those of a run that was killed.
+TEST_LABEL = "io.imgbuild.test"
+RUN = owner()
 
 VARIANT_LABEL = "io.imgbuild.variant"
 STAGE_LABEL = "io.imgbuild.stage"  # builder stages older imgbuild releases left behind (untagged)
@@ -60,16 +65,21 @@ def _ended(run: str) -> bool:
     return False
 
 
+# The containers a run starts and removes itself, labelled with the run ("host:pid"), by what they are for.
+RUN_LABELS = {COMPILE_LABEL: "a compile container", TEST_LABEL: "a test container"}
+
+
 def leftover_containers(client: docker.DockerClient, dry_run: bool = False) -> list[str]:
-    """Remove the compile containers (engine/bytecode) of runs that ended without removing them (a kill -9,
-    an OOM kill); their short IDs."""
+    """Remove the containers of runs that ended without removing them (a kill -9, an OOM kill): bytecode
+    compiles (engine/bytecode) and `imgbuild test`'s; each as "SHORT_ID (what it was)"."""
     gone = []
-    for c in client.containers.list(all=True, filters={"label": COMPILE_LABEL}):
-        if _ended(str(c.labels.get(COMPILE_LABEL, ""))):
-            if not dry_run:
-                try:
-                    c.remove(force=True)
-                except docker.errors.NotFound:
-                    continue
-            gone.append(str(c.short_id))
+    for label, what in RUN_LABELS.items():
+        for c in client.containers.list(all=True, filters={"label": label}):
+            if _ended(str(c.labels.get(label, ""))):
+                if not dry_run:
+                    try:
+                        c.remove(force=True)
+                    except docker.errors.NotFound:
+                        continue
+                gone.append(f"{c.short_id} ({what} that an ended run left)")
     return gone

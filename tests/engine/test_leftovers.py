@@ -1,6 +1,6 @@
 """What a killed run leaves on the engine: the compile container of a run that ended without removing it
-(kill -9 while bytecode compiled) is removed by `imgbuild prune` (and by the next build), which says so; a
-container of a run still going is left alone."""
+(kill -9 while bytecode compiled) and the container of a killed `imgbuild test` are removed by `imgbuild prune`
+(and by the next build or test run), which says so; a container of a run still going is left alone."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from builder.engine import client as engine
 from builder.engine.bytecode import COMPILE_LABEL
+from builder.engine.prune import TEST_LABEL
 
 from ..conftest import imgbuild
 from ..helpers import small_project
@@ -48,9 +49,13 @@ def test_prune_removes_the_compile_container_of_an_ended_run_only(client: docker
     host = socket.gethostname()
     dead = client.containers.create(SCRATCH, ["/x"], labels={COMPILE_LABEL: f"{host}:{ended}"})
     alive = client.containers.create(SCRATCH, ["/x"], labels={COMPILE_LABEL: f"{host}:1"})  # init: still running
+    dead_test = client.containers.create(SCRATCH, ["/x"], labels={TEST_LABEL: f"{host}:{ended}"})  # imgbuild test's
+    other_test = client.containers.create(SCRATCH, ["/x"], labels={TEST_LABEL: "browser"})  # no run of imgbuild
     matrix = small_project(tmp_path / "project", "imgbuild-test-leftovers")  # prune only this matrix's images
     result = imgbuild("prune", "--matrix", str(matrix))
     assert result.returncode == 0, result.stderr
     assert f"removed container {dead.short_id} (a compile container that an ended run left)" in result.stdout
-    left = {c.id for c in client.containers.list(all=True, filters={"label": COMPILE_LABEL})}
-    assert dead.id not in left and alive.id in left
+    assert f"removed container {dead_test.short_id} (a test container that an ended run left)" in result.stdout
+    left = {c.id for label in (COMPILE_LABEL, TEST_LABEL) for c in client.containers.list(all=True,
+                                                                                          filters={"label": label})}
+    assert dead.id not in left and dead_test.id not in left and {alive.id, other_test.id} <= left
