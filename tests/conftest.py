@@ -8,7 +8,10 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import docker
 import pytest
+
+from builder.engine import client as engine
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "matrix.yaml"
@@ -35,6 +38,17 @@ def blob_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         del os.environ["IMGBUILD_BLOB_CACHE"]
     else:
         os.environ["IMGBUILD_BLOB_CACHE"] = before
+
+
+@pytest.fixture(scope="module")
+def client(request: pytest.FixtureRequest) -> Iterator[docker.DockerClient]:
+    """The engine, for a module's tests; afterwards the images named by the module's NAME are removed: tests
+    remove what they create. (A module that needs more defines its own `client`.)"""
+    client = engine.connect()
+    yield client
+    for image in client.images.list(name=getattr(request.module, "NAME", None) or "\0"):
+        client.images.remove(str(image.id), force=True)
+    client.close()
 
 
 @pytest.fixture

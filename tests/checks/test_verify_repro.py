@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
 
-from builder.engine import client as engine
 from builder.engine import normalise, saved
 
 from ..conftest import imgbuild
@@ -25,15 +23,6 @@ VARIANT = SMALL_VARIANT
 NAME = "imgbuild-test-repro"
 TIMEOUT_S = 1200
 EPOCH = 1735689600  # matrix.yaml's source_date_epoch
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = engine.connect()
-    yield c
-    for image in c.images.list(name=NAME):
-        c.images.remove(str(image.id), force=True)
-    c.close()
 
 
 def test_two_builds_from_two_bootstraps_give_one_image_id(client: docker.DockerClient, tmp_path: Path) -> None:

@@ -11,13 +11,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
 
-from builder.engine import client as engine
 from builder.engine.bytecode import COMPILE_LABEL
 
 from ..conftest import ROOT, imgbuild
@@ -27,15 +25,6 @@ pytestmark = [pytest.mark.engine]
 NAME = "imgbuild-test-kill"
 # (a progress line to wait for, seconds to wait after it): each a moment the build is in the middle of
 MOMENTS = (("downloaded ", 0.0), ("step 5/", 0.0), ("wheel layers and the rootfs/ layer, loading", 1.5))
-
-
-@pytest.fixture
-def client() -> Iterator[docker.DockerClient]:
-    c = engine.connect()
-    yield c
-    for image in c.images.list(name=NAME):
-        c.images.remove(str(image.id), force=True)
-    c.close()
 
 
 def _containers(client: docker.DockerClient) -> set[str]:

@@ -12,7 +12,6 @@ from pathlib import Path
 import docker
 import pytest
 
-from builder.engine import client as engine
 from builder.host import wheel_server, wheels
 from builder.matrix.resolve import load
 from builder.plan.layers import WHEEL_HOST, WHEEL_PORT
@@ -24,14 +23,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.network]
 NAME = "imgbuild-test-foreign"
 MARKER = "/imgbuild-planted-marker"
 BUILD_TIMEOUT_S = 900
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = engine.connect()
-    yield c
-    for image in c.images.list(name=NAME):
-        c.images.remove(str(image.id), force=True)
 
 
 class Planter(http.server.SimpleHTTPRequestHandler):
