@@ -32,19 +32,25 @@ def directory(kind: str, parent: Path | None = None) -> Iterator[Path]:
             os.close(fd)
 
 
-def _ended(path: Path) -> bool:
-    """Whether `path` is a scratch directory whose run has ended (its `.held` is not locked)."""
+def released(held: Path) -> int | None:
+    """The size of `held`, a file a run locks while it works on it, when no live run holds it any more;
+    None while one does, or when it cannot be opened (being made right now, another user's)."""
     try:
-        fd = os.open(path / _HELD, os.O_RDWR)
-    except OSError:  # being made right now, another user's, or not ours at all: left alone
-        return False
+        fd = os.open(held, os.O_RDONLY)
+    except OSError:
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return os.fstat(fd).st_size
     except BlockingIOError:
-        return False
+        return None
     finally:
         os.close(fd)
-    return True
+
+
+def _ended(path: Path) -> bool:
+    """Whether `path` is a scratch directory whose run has ended (its `.held` is not locked)."""
+    return released(path / _HELD) is not None
 
 
 def sweep(parent: Path | None = None, dry_run: bool = False) -> list[tuple[Path, int]]:

@@ -34,7 +34,7 @@ from ..errors import UserError
 from ..matrix.facts import InstallerFacts
 from ..plan.lockfile import PYPI_SIMPLE, Lock, Locked, digest
 from ..plan.wheelfiles import Candidate, Target, best_file, candidates, open_url, rank, reason, ssl_context
-from . import space
+from . import scratch, space
 
 __all__ = ["Target", "ssl_context"]  # the wheel-file facts live in plan/wheelfiles; callers reach them here too
 
@@ -149,19 +149,9 @@ def sweep_parts(directory: Path) -> int:
     leaves one); their bytes."""
     freed = 0
     for part in directory.glob(f"{PART}*"):
-        try:
-            fd = os.open(part, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            continue
-        else:
-            freed += os.fstat(fd).st_size
+        if (size := scratch.released(part)) is not None:
+            freed += size
             part.unlink(missing_ok=True)
-        finally:
-            os.close(fd)
     return freed
 
 
