@@ -31,11 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from builder.engine import client as engine  # noqa: E402  (the project root, above)
-from builder.engine.build import skeleton  # noqa: E402
-from builder.host import wheels  # noqa: E402
+from builder.matrix.project import Project  # noqa: E402
 from builder.matrix.resolve import load  # noqa: E402
-from builder.plan import lockfile  # noqa: E402
-from builder.plan.project import Project  # noqa: E402
+from builder.pins import lockfile, wheels  # noqa: E402
+from builder.pipeline.build import skeleton  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 IMGBUILD = str(Path(sys.executable).parent / "imgbuild")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from builder.dockerfile.render import context
+from builder.matrix.project import Project
 from builder.matrix.resolve import load
-from builder.plan.project import Project
-from builder.plan.render import context
 
-from .plan.test_golden import GOLDEN, GOLDEN_VARIANTS, MATRIX, golden_text
+from .dockerfile.test_golden import GOLDEN, GOLDEN_VARIANTS, MATRIX, golden_text
 
 if __name__ == "__main__":
     res = load(MATRIX)

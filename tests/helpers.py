@@ -26,7 +26,7 @@ import pytest
 from uv import find_uv_bin
 
 from builder.engine.saved import saved_stream
-from builder.plan.project import PACKAGED_TEMPLATES
+from builder.matrix.project import PACKAGED_TEMPLATES
 
 from .conftest import ROOT, imgbuild
 

@@ -10,14 +10,25 @@ from pathlib import Path
 from .conftest import ROOT
 
 # builder/<stage>/: each may import its own stage and the ones before it, never one after. The modules at
-# the package's top (errors, patterns, progress) and the payload are below every stage.
-STAGES = ("matrix", "plan", "host", "engine", "checks", "publish", "cli")
+# the package's top (errors, patterns, progress, scratch directories, free space) and the payload are below
+# every stage.
+STAGES = ("matrix", "pins", "dockerfile", "host", "engine", "registry", "checks", "pipeline", "cli")
 PAYLOAD_MAY_IMPORT = {"torch", "torchvision", "torchaudio", "smoke_tests"}
 # builder/oci/: image bytes, below every stage and pure: the standard library, without what reaches out of
 # the process (the Docker SDK, subprocess, the network).
 PURE = ("oci",)
 IMPURE = {"docker", "subprocess", "socket", "http", "urllib", "ssl", "requests", "multiprocessing"}
 PURE_MAY_IMPORT = {"isal"}  # computation only: ISA-L's inflate, zlib's API
+# The rooms that decide what to build are as pure as oci/, with the parsers and the template engine they need
+# (and the payload package, whose folder they name).
+NO_IO = {"matrix": {"yaml", "smoke_tests"}, "dockerfile": {"jinja2", "smoke_tests"}}
+# Each adapter in its room: the Docker SDK is imported in engine/, skopeo is run from registry/.
+SDK_ROOM = "engine"
+SKOPEO_ROOM = "registry"
+# Modules outside engine/ that still import the SDK, for the client they are handed and its error types: the
+# list may only shrink (a new module talks to the engine through engine/).
+SDK_STILL = {"builder/checks/smoke.py", "builder/cli/app.py", "builder/pipeline/build.py", "builder/pipeline/push.py",
+             "builder/pipeline/verify.py", "builder/registry/layout.py"}
 
 
 def stage_of(module: str) -> int:
@@ -67,13 +78,25 @@ def violations(root: Path) -> list[str]:
                 found.append(f"{where}:{line}: imports {target}, a later stage ({STAGES[theirs]})")
             if name.startswith("_") and theirs != mine and theirs >= 0:
                 found.append(f"{where}:{line}: takes {target}.{name}, a private name of another stage")
-    for pure in PURE:
+    for pure, may in [*((room, PURE_MAY_IMPORT) for room in PURE), *NO_IO.items()]:
         for path in sorted((root / "builder" / pure).rglob("*.py")):
             for target, _, line in imports(path, root):
                 top = target.split(".")[0]
-                allowed = (top in sys.stdlib_module_names and top not in IMPURE) or top in PURE_MAY_IMPORT
-                if not (allowed or top == "__future__" or target.startswith(f"builder.{pure}")):
+                allowed = (top in sys.stdlib_module_names and top not in IMPURE) or top in may
+                # the rooms that decide may import builder's earlier stages (the stage check keeps them earlier)
+                inside = target.startswith(f"builder.{pure}") or (pure in NO_IO and top == "builder")
+                if not (allowed or top == "__future__" or inside):
                     found.append(f"{path.relative_to(root)}:{line}: builder/{pure} is pure, yet imports {target}")
+    for path in sorted((root / "builder").rglob("*.py")):
+        where = path.relative_to(root)
+        room = where.parts[1] if len(where.parts) > 2 else ""
+        for target, _, line in imports(path, root):
+            if target.split(".")[0] == "docker" and room != SDK_ROOM and str(where) not in SDK_STILL:
+                found.append(f"{where}:{line}: imports the Docker SDK outside builder/{SDK_ROOM}")
+        if room != SKOPEO_ROOM:
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Constant) and node.value == "skopeo":
+                    found.append(f"{where}:{node.lineno}: runs skopeo outside builder/{SKOPEO_ROOM}")
     for path in sorted((root / "smoke_tests").glob("*.py")):
         for target, _, line in imports(path, root):
             top = target.split(".")[0]
@@ -87,20 +110,24 @@ def test_imports_point_down_the_pipeline() -> None:
 
 
 def test_the_check_catches_an_arrow_back_up(tmp_path: Path) -> None:
-    for package in ("builder", "builder/plan", "builder/cli", "builder/oci", "smoke_tests"):
+    for package in ("builder", "builder/dockerfile", "builder/cli", "builder/oci", "smoke_tests"):
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / "builder" / "plan" / "render.py").write_text(
+    (tmp_path / "builder" / "dockerfile" / "render.py").write_text(
         "from ..cli import app\nfrom builder.cli.app import _state\n")
     (tmp_path / "smoke_tests" / "suite.py").write_text("import docker\n")
-    (tmp_path / "builder" / "oci" / "layer.py").write_text("import subprocess\nfrom ..plan import render\n")
+    (tmp_path / "builder" / "oci" / "layer.py").write_text("import subprocess\nfrom ..dockerfile import render\n")
+    (tmp_path / "builder" / "dockerfile" / "context.py").write_text("import docker\nSKOPEO = 'skopeo'\n")
     assert violations(tmp_path) == [
-        "builder/oci/layer.py:2: imports builder.plan, a later stage (plan)",
-        "builder/plan/render.py:1: imports builder.cli, a later stage (cli)",
-        "builder/plan/render.py:2: imports builder.cli.app, a later stage (cli)",
-        "builder/plan/render.py:2: takes builder.cli.app._state, a private name of another stage",
+        "builder/dockerfile/render.py:1: imports builder.cli, a later stage (cli)",
+        "builder/dockerfile/render.py:2: imports builder.cli.app, a later stage (cli)",
+        "builder/dockerfile/render.py:2: takes builder.cli.app._state, a private name of another stage",
+        "builder/oci/layer.py:2: imports builder.dockerfile, a later stage (dockerfile)",
         "builder/oci/layer.py:1: builder/oci is pure, yet imports subprocess",
-        "builder/oci/layer.py:2: builder/oci is pure, yet imports builder.plan",
+        "builder/oci/layer.py:2: builder/oci is pure, yet imports builder.dockerfile",
+        "builder/dockerfile/context.py:1: builder/dockerfile is pure, yet imports docker",
+        "builder/dockerfile/context.py:1: imports the Docker SDK outside builder/engine",
+        "builder/dockerfile/context.py:2: runs skopeo outside builder/registry",
         "smoke_tests/suite.py:1: the payload imports docker",
     ]
 
@@ -109,7 +136,8 @@ def test_every_stage_is_a_package_and_nothing_else_sits_beside_them() -> None:
     package = ROOT / "builder"
     folders = sorted(p.name for p in package.iterdir() if p.is_dir() and p.name != "__pycache__")
     assert folders == sorted(STAGES + PURE)
-    assert sorted(p.name for p in package.glob("*.py")) == ["__init__.py", "errors.py", "patterns.py", "progress.py"]
+    assert sorted(p.name for p in package.glob("*.py")) == ["__init__.py", "errors.py", "patterns.py", "progress.py",
+                                                                     "scratch.py", "space.py"]
 
 
 def test_images_hold_only_each_variants_dockerfile() -> None:

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..matrix.project import Project
 from ..matrix.resolve import matrix_path
-from ..plan.project import Project
 
 
 def main() -> int:

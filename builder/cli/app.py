@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .. import patterns
+from ..dockerfile import render
 from ..errors import CheckFailed, UserError
 from ..matrix import resolve as m
+from ..matrix.project import Project
 from ..matrix.select import Filters, select, select_cells
 from ..matrix.variant import Variant
-from ..plan import render
-from ..plan.project import Project
 
 if TYPE_CHECKING:
     import docker
 
-    from ..engine import build as b
+    from ..pipeline import build as b
 
 # The engine-side modules (docker-py and what uses it), rich and jinja2 are imported inside the commands
 # that need them: an unchanged `build` answers in about a second, start-up included.
@@ -74,7 +74,7 @@ def matrix_cmd(
     if json_:
         typer.echo(matrix_view.as_json(variants))
     elif github:
-        from ..plan.lock import buildable
+        from ..pins.lock import buildable
 
         ready, left = buildable(variants, Project.for_matrix(m.matrix_path(matrix)))
         # A child builds on its runtime image's staged digest: without a scheduled runtime image, it cannot.
@@ -130,7 +130,7 @@ def lock_cmd(
         "--missing", help="lock only the variants whose lock is missing or stale")] = False,
 ) -> None:
     """Pin every wheel of the selected variants with its hashes (uv's resolver) into locks/<variant>.txt."""
-    from ..plan import lock
+    from ..pins import lock
 
     path = m.matrix_path(matrix)
     res = m.load(path)
@@ -162,10 +162,12 @@ def lock_cmd(
             failed.append(lock.LockResult(v.name, "failed", str(exc)))
     typer.echo(f"{len(results) - len(failed)} variants locked into {project.locks}, {len(failed)} failed")
     if bases:
+        from ..engine import bases as engine_bases
         from ..engine import client as engine
-        from ..plan import lock_bases
+        from ..pins import bases as lock_bases
 
-        for line in lock_bases.pin(engine.connect(), res, path, variants):
+        client = engine.connect()
+        for line in lock_bases.pin(lambda ref: engine_bases.registry_digest(client, ref), res, path, variants):
             typer.echo(line)
     if failed:
         raise typer.Exit(1)
@@ -176,7 +178,7 @@ def _lock_debs(res: m.Resolution, v: Variant, project: Project) -> str:
     from ..engine import client as engine
     from ..engine import debs
     from ..host.base import host_family, host_mirror
-    from ..plan import deblock
+    from ..pins import deblock
 
     mirror = host_mirror() if host_family() == v.os_family else None
     if mirror is None:
@@ -252,8 +254,8 @@ def build_cmd(
         "already committed are replaced only with --force")] = False,
 ) -> None:
     """Build the selected images through the Docker SDK and tag each with all its tags."""
-    from ..engine import build as b
     from ..engine import client as engine
+    from ..pipeline import build as b
     from . import build_view
     from .progress_view import reporter
 
@@ -302,8 +304,8 @@ def _record_push_layouts(client: docker.DockerClient, res: m.Resolution, project
     import zlib
 
     from ..host import blobs
-    from ..plan import expected
-    from ..publish import layout
+    from ..pins import digests as expected
+    from ..registry import layout
 
     for r in results:
         v = res.variant(r.variant)
@@ -328,15 +330,15 @@ def diff_cmd(
     """Name each file that differs between two images, per layer, and how (content, mode, owner, mtime), and
     the config keys that differ. A registry's image (docker://REPOSITORY[:TAG|@DIGEST]) is fetched by skopeo
     and read, not loaded. Exit 0 when they are the same image, 1 when they differ."""
-    from ..checks import verify_repro
     from ..engine import client as engine
+    from ..pipeline import verify
 
-    diffs, reports = verify_repro.diff(engine.connect(), first, second, diffoscope)
+    diffs, reports = verify.diff(engine.connect(), first, second, diffoscope)
     if not diffs:
         typer.echo(f"the same image: {first} and {second} have one config, so the same layers")
         return
     typer.echo(f"{first} and {second} differ:")
-    typer.echo("\n".join([*verify_repro.describe(diffs), *reports]))
+    typer.echo("\n".join([*verify.describe(diffs), *reports]))
     raise typer.Exit(1)
 
 
@@ -353,9 +355,9 @@ def verify_repro_cmd(
 ) -> None:
     """Build VARIANT twice without cache and compare: "reproducible: <image id>", or what differs; and name
     each entry of a layer that its step was not meant to write."""
-    from ..checks import verify_repro
-    from ..engine import build as b
     from ..engine import client as engine
+    from ..pipeline import build as b
+    from ..pipeline import verify
     from .progress_view import reporter
 
     path = m.matrix_path(matrix)
@@ -366,7 +368,7 @@ def verify_repro_cmd(
     client = engine.connect()
     try:
         with reporter() as rep:
-            verdict = verify_repro.verify(client, res, chosen[0], Project.for_matrix(path), opts, rep,
+            verdict = verify.verify(client, res, chosen[0], Project.for_matrix(path), opts, rep,
                                           rebootstrap)
     except KeyboardInterrupt as exc:
         typer.echo(f"imgbuild: interrupted: {_cancelled(exc)} and their containers removed", err=True)
@@ -445,8 +447,8 @@ def push_cmd(
     import json
 
     from ..engine import client as engine
-    from ..plan import expected
-    from ..publish import push
+    from ..pins import digests as expected
+    from ..pipeline import push
 
     path = m.matrix_path(matrix)
     res = m.load(path)
@@ -495,10 +497,10 @@ def lookup_cmd(
     json_file: Annotated[Path | None, typer.Option("--json", help="write what was found")] = None,
 ) -> None:
     """Is an image of these build inputs staged, and already published? Registry-side: nothing is pulled."""
-    from ..engine import build as b
     from ..engine import client as engine
-    from ..host import registry
-    from ..publish import promote
+    from ..pipeline import build as b
+    from ..pipeline import promote
+    from ..registry import skopeo as registry
 
     path = m.matrix_path(matrix)
     res = m.load(path)
@@ -530,8 +532,8 @@ def promote_cmd(
     json_file: Annotated[Path | None, typer.Option("--json", help="write the public tags and their digest")] = None,
 ) -> None:
     """Copy the tested staged digest to the variant's public tags as it is (skopeo --preserve-digests)."""
-    from ..host import registry
-    from ..publish import promote
+    from ..pipeline import promote
+    from ..registry import skopeo as registry
 
     if not patterns.matches(patterns.REGISTRY, registry_):
         raise UserError(f"--registry {registry_!r}: expected HOST[:PORT][/NAMESPACE]")
@@ -570,9 +572,10 @@ def prune_cmd(
         = None,
 ) -> None:
     """Remove the images (and their build cache) imgbuild made, found by label, and the blob cache of pushes."""
+    from .. import scratch
     from ..engine import client as engine
     from ..engine import prune
-    from ..host import blobs, scratch
+    from ..host import blobs
 
     image_name = m.load(m.matrix_path(matrix)).facts.image.name if matrix is not None else None
     client = engine.connect()

@@ -7,7 +7,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from ..engine.build import BuildResult
+from ..pipeline.build import BuildResult
 
 
 def human_size(size: int | None) -> str:

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import docker
+import docker.errors
 
 from ..errors import UserError
 from ..host.base import Bootstrap, image_archive, rootfs
@@ -29,3 +30,12 @@ def bootstrap(client: docker.DockerClient, b: Bootstrap, workdir: Path | None = 
         raise UserError(f"docker load gave {loaded.id} with layers {layers} for {b.ref}, expected {image_id} "
                         f"with [{diff_id}]")
     return str(loaded.id)
+
+
+def registry_digest(client: docker.DockerClient, ref: str) -> str:
+    """The digest a registry gives for `ref`, asked through the engine (its credentials, its mirrors);
+    LookupError with the registry's first line where none answers."""
+    try:
+        return str(client.images.get_registry_data(ref).id)
+    except docker.errors.APIError as exc:
+        raise LookupError(str(exc.explanation or exc).splitlines()[0][:120]) from exc

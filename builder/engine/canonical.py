@@ -28,10 +28,10 @@ from typing import IO
 
 import docker
 
-from ..host import scratch
+from .. import scratch
 from ..oci import layer
 from ..oci.layer import Indexed, Key, apply, archive_member, index, plan
-from ..plan.expected import Digests
+from ..pins.digests import Digests
 from . import saved
 from .client import containerd_store
 from .direct import FILES_STEP, Pending

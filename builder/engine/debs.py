@@ -12,7 +12,7 @@ from ..errors import UserError
 from ..host.base import bootstrapped_ref
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
-from ..plan import deblock
+from ..pins import deblock
 from . import client as engine
 
 _SCRIPT = r"""set -eu

@@ -1,7 +1,7 @@
 """The layers imgbuild writes itself: each wheel layer straight from the locked wheel files (`oci.wheel`),
 its bytecode compiled by the image's own Python (`bytecode`), and the image's files from the context's
 rootfs/. The engine builds only the skeleton: the Dockerfile's OS stage and its metadata, without the wheel
-steps and the rootfs/ copy (plan.render.skeleton). `canonical.assemble` then writes the image from both.
+steps and the rootfs/ copy (dockerfile.render.skeleton). `canonical.assemble` then writes the image from both.
 
 A layer written here is planned against nothing below it: every file, and every ancestor directory with
 the owner and mode `tree.Rule` gives, is in its tar, so its bytes depend on its own inputs alone (the nvidia
@@ -24,15 +24,15 @@ from typing import IO
 
 import docker
 
+from .. import scratch
+from ..dockerfile.context import ROOTFS, ContextFile
 from ..errors import UserError
-from ..host import scratch, wheels
 from ..matrix.variant import Variant
 from ..oci import layer, tree, wheel
 from ..oci.layer import Indexed
-from ..plan import lockfile
-from ..plan.context import ROOTFS, ContextFile
-from ..plan.layers import WheelLayer
-from ..plan.wheelfiles import Target
+from ..pins import lockfile, wheels
+from ..pins.layers import WheelLayer
+from ..pins.wheelfiles import Target
 from . import bytecode
 
 VERSION = f"direct 1 ({layer.VERSION}, {wheel.INSTALLER.decode().strip()} installer, bytecode {bytecode.SCRIPT_DIGEST})"

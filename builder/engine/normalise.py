@@ -17,7 +17,7 @@ from typing import IO
 import docker
 import docker.errors
 
-from ..plan.expected import Digests
+from ..pins.digests import Digests
 
 
 def iso(epoch: int) -> str:
@@ -63,7 +63,7 @@ def load_archive(client: docker.DockerClient, archive: IO[bytes] | bytes | Itera
 @dataclass(frozen=True)
 class Normalised:
     image_id: str
-    digests: Digests  # what the image is made of, for the committed digests (plan/expected)
+    digests: Digests  # what the image is made of, for the committed digests (pins/digests)
     clamped: tuple[str, ...] = ()  # "layer N: path" for entries dated after the epoch, written at it
 
 

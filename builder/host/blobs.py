@@ -21,8 +21,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .. import scratch as scratch_dirs
 from ..patterns import DIGEST
-from . import scratch as scratch_dirs
 
 _BLOCK = 1 << 20
 
@@ -35,7 +35,7 @@ def root() -> Path:
 
 def scratch(kind: str) -> contextlib.AbstractContextManager[Path]:
     """A temporary directory beside the cache, so that blobs are linked into it, not copied; what a killed
-    run left of one is removed by the next (host/scratch)."""
+    run left of one is removed by the next (builder/scratch.py)."""
     root().mkdir(parents=True, exist_ok=True)
     scratch_dirs.sweep(root())
     return scratch_dirs.directory(kind, root())

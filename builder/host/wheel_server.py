@@ -6,7 +6,7 @@ checked against the digests written in the Dockerfile before anything runs, and 
 find-links page; uv checks each against the lock's hashes with --require-hashes). Whatever holds the port
 can therefore at most make a step fail.
 
-The address is fixed (plan/layers.py: it is written in every Dockerfile), so the imgbuild runs of one host
+The address is fixed (pins/layers.py: it is written in every Dockerfile), so the imgbuild runs of one host
 share one server:
 - Which server is ours: it answers a random challenge with an HMAC keyed by a file only this user can read
   (wheel-server.key, 0600, outside the served folder). Another user's server cannot, and is refused with a
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import UserError
-from ..plan.layers import WHEEL_HOST, WHEEL_PORT, WHEEL_URL
-from . import wheels
+from ..pins import wheels
+from ..pins.layers import WHEEL_HOST, WHEEL_PORT, WHEEL_URL
 
 _CHALLENGE = "/.imgbuild-identity/"
 

@@ -88,7 +88,7 @@ def run(client: docker.DockerClient, image: str, command: list[str], **kwargs: o
 
 def test_bootstrap_gives_a_base_with_the_matrix_packages_at_the_epoch(client: docker.DockerClient) -> None:
     """A bootstrap with matrix.yaml's packages: the base the torch build below uses. (Two bootstraps giving one
-    image ID: tests/checks/test_verify_repro.py, `verify-repro --rebootstrap`.)"""
+    image ID: tests/pipeline/test_verify.py, `verify-repro --rebootstrap`.)"""
     facts = load(MATRIX).facts
     plan = base_plan(facts.os["debian12"], "imgbuild/base:debian12", None, None, facts.packages,
                      facts.source_date_epoch)

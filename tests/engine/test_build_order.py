@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from builder.engine.build import order
 from builder.host.base import bootstrapped_ref
 from builder.matrix.resolve import load
 from builder.matrix.select import Filters, select
+from builder.pipeline.build import order
 
 from ..conftest import MATRIX
 

@@ -1,4 +1,4 @@
-"""A built image against the digests committed next to its lock (engine/build.py's check), without an engine:
+"""A built image against the digests committed next to its lock (pipeline/build.py's check), without an engine:
 what each case reports and whether the build fails."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.engine.build import BuildOptions, check_digests
+from builder.matrix.project import Project
 from builder.matrix.resolve import load
-from builder.plan import expected
-from builder.plan.project import Project
+from builder.pins import digests as expected
+from builder.pipeline.build import BuildOptions, check_digests
 from builder.progress import Reporter
 
 from ..conftest import MATRIX

@@ -13,8 +13,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from builder.checks.verify_repro import compare
 from builder.engine import saved
+from builder.pipeline.verify import compare
 
 from ..conftest import ROOT, imgbuild
 from ..engines import STORES, InnerEngine

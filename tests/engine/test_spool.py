@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from builder import space
+from builder.dockerfile.context import REGULAR, ContextFile
 from builder.engine import direct
-from builder.host import space
-from builder.plan.context import REGULAR, ContextFile
 
 
 def _files(size: int) -> tuple[ContextFile, ...]:
@@ -28,7 +28,7 @@ def test_a_layer_past_the_memory_budget_goes_to_the_temporary_directory_and_a_fu
     assert shutil.disk_usage(disk).used < 100_000, "and gone once it is read"
     with pytest.raises(OSError) as filled:
         direct.files_layer(_files(3_000_000), disk, 0)
-    assert space.full(filled.value), "the build names the temporary directory for this error (engine/build)"
+    assert space.full(filled.value), "the build names the temporary directory for this error (pipeline/build)"
     assert list(disk.iterdir()) == [], "the spool is gone with the error"
 
 

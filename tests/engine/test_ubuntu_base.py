@@ -19,8 +19,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from builder.dockerfile.context import HASH_LABEL
 from builder.engine import client as engine
-from builder.plan.context import HASH_LABEL
 
 from ..conftest import imgbuild, missing
 

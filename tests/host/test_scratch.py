@@ -1,4 +1,4 @@
-"""Temporary directories a killed run leaves (builder/host/scratch.py): a real process holds one, is sent
+"""Temporary directories a killed run leaves (builder/scratch.py): a real process holds one, is sent
 SIGKILL, and only then does a sweep take it back; what is not a scratch directory of a run is never touched."""
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from builder.host import blobs, scratch
+from builder import scratch
+from builder.host import blobs
 
 from ..conftest import ROOT
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from builder.host import scratch
+from builder import scratch
 with scratch.directory("layers", Path(sys.argv[1])) as d:
     (d / "spool.tar").write_bytes(b"x" * 300_000)
     print(d, flush=True)

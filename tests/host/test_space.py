@@ -1,4 +1,4 @@
-"""Free space checked before a build writes (builder/host/space.py), on real small filesystems: a need that
+"""Free space checked before a build writes (builder/space.py), on real small filesystems: a need that
 does not fit is refused in one line naming the place, the sizes and the way out; needs on one filesystem add
 up."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from builder import space
 from builder.errors import UserError
-from builder.host import space
 
 
 def test_a_need_larger_than_the_free_space_is_refused_naming_the_place(small_disk: Callable[[int], Path]) -> None:

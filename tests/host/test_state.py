@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from builder.dockerfile import render
 from builder.host import state
+from builder.matrix.project import Project
 from builder.matrix.resolve import load
-from builder.plan import render
-from builder.plan.project import Project
 
 from ..conftest import MATRIX
 

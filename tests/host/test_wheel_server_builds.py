@@ -12,9 +12,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from builder.host import wheel_server, wheels
+from builder.host import wheel_server
 from builder.matrix.resolve import load
-from builder.plan.layers import WHEEL_HOST, WHEEL_PORT
+from builder.pins import wheels
+from builder.pins.layers import WHEEL_HOST, WHEEL_PORT
 
 from ..conftest import imgbuild
 from ..helpers import SMALL_VARIANT, small_project

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.host import wheels
 from builder.matrix.resolve import load
 from builder.oci.wheel import Venv, WheelError, install
+from builder.pins import wheels
 
 from ..conftest import MATRIX
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.plan.project import PACKAGED_TEMPLATES
+from builder.matrix.project import PACKAGED_TEMPLATES
 
 from ..conftest import missing
 

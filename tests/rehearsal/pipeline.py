@@ -29,7 +29,7 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from builder.host import registry as reg
+from builder.registry import skopeo as reg
 
 from ..conftest import ROOT, imgbuild
 from ..helpers import registry, small_project
