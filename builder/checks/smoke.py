@@ -20,12 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker
-import docker.errors
-from docker.types import DeviceRequest
-
 from smoke_tests.results import RESULTS_MARKER, Result, summary
 
+from ..engine import client as engine
+from ..engine.client import DeviceRequest
 from ..engine.prune import RUN, TEST_LABEL
 from ..errors import UserError
 from . import records
@@ -58,7 +56,7 @@ def expectations(labels: dict[str, str]) -> dict[str, Any]:
     return expect
 
 
-def gpu_request(client: docker.DockerClient, image: str, gpus: str) -> tuple[list[DeviceRequest], str]:
+def gpu_request(client: engine.Client, image: str, gpus: str) -> tuple[list[DeviceRequest], str]:
     """The device request for the suite's container, and the report's first line. `auto` asks for all GPUs
     when a real `--gpus` request succeeds (a registered runtime is not proof: CDI set-ups differ)."""
     if gpus == "none":
@@ -74,7 +72,7 @@ def gpu_request(client: docker.DockerClient, image: str, gpus: str) -> tuple[lis
         container.start()
         container.wait(timeout=120)
         out = container.logs(stdout=True, stderr=False)
-    except docker.errors.DockerException as exc:
+    except engine.DockerException as exc:
         if gpus != "auto":
             raise UserError(f"--gpus {gpus}: the engine could not give this container GPUs: "
                             f"{str(exc).splitlines()[0][:200]}") from None
@@ -85,7 +83,7 @@ def gpu_request(client: docker.DockerClient, image: str, gpus: str) -> tuple[lis
     return request, f"GPU x{len(names)}: {', '.join(sorted(set(names)))}"
 
 
-def run_container(client: docker.DockerClient, image: str, command: list[str], timeout_s: int,
+def run_container(client: engine.Client, image: str, command: list[str], timeout_s: int,
                   **kwargs: Any) -> tuple[int, str]:
     """Run a command in a fresh container of the image and remove it, whatever happens; returns the exit
     code (124 when it outran timeout_s) and the logs."""
@@ -101,7 +99,7 @@ def run_container(client: docker.DockerClient, image: str, command: list[str], t
         container.remove(force=True)
 
 
-def suite(client: docker.DockerClient, image: str, labels: dict[str, str], devices: list[DeviceRequest],
+def suite(client: engine.Client, image: str, labels: dict[str, str], devices: list[DeviceRequest],
           require_gpu: bool, name: str = "suite", args: tuple[str, ...] = (), **kwargs: Any) -> list[Result]:
     """The in-image suite; its results come back as one JSON line in the container's output."""
     n = len(devices) and (devices[0].count if devices[0].count != -1 else None)
@@ -119,7 +117,7 @@ def suite(client: docker.DockerClient, image: str, labels: dict[str, str], devic
     return [Result(**r) for r in json.loads(found[-1])["results"]]
 
 
-def image_checks(client: docker.DockerClient, image: str, labels: dict[str, str]) -> list[Result]:
+def image_checks(client: engine.Client, image: str, labels: dict[str, str]) -> list[Result]:
     """pytest-testinfra over the docker backend, against a container of the image kept running."""
     container = client.containers.run(image, ["sleep", "infinity"], detach=True, labels={TEST_LABEL: RUN})
     try:
@@ -155,7 +153,7 @@ def _from_junit(path: Path, prefix: str) -> list[Result]:
     return results
 
 
-def restricted(client: docker.DockerClient, image: str, labels: dict[str, str]) -> list[Result]:
+def restricted(client: engine.Client, image: str, labels: dict[str, str]) -> list[Result]:
     """The CPU checks again under an arbitrary UID with a read-only root and an exec tmpfs on /tmp, as
     Apptainer, enroot and OpenShift run images."""
     # A devel image compiles a CUDA extension here too (the JIT one: the pip one shows nothing new).
@@ -195,7 +193,7 @@ def wait_for_status(url: str, want: int, timeout_s: float, pause_s: float = 1.0,
         time.sleep(pause_s)
 
 
-def jupyter(client: docker.DockerClient, image: str) -> list[Result]:
+def jupyter(client: engine.Client, image: str) -> list[Result]:
     """The server answers on 8888 (published on loopback), refuses a request without the token, accepts one
     with it, turns healthy; and an empty JUPYTER_TOKEN is refused at start."""
 
@@ -236,10 +234,10 @@ def jupyter(client: docker.DockerClient, image: str) -> list[Result]:
     return results
 
 
-def test_image(client: docker.DockerClient, image: str, gpus: str, require_gpu: bool) -> tuple[str, ImageReport]:
+def test_image(client: engine.Client, image: str, gpus: str, require_gpu: bool) -> tuple[str, ImageReport]:
     try:
         labels = client.images.get(image).labels
-    except docker.errors.ImageNotFound:
+    except engine.ImageNotFound:
         raise UserError(f"no image {image} here; build it first (`imgbuild build`)") from None
     devices, header = gpu_request(client, image, gpus)
     results = suite(client, image, labels, devices, require_gpu)
@@ -283,7 +281,7 @@ def text(header: str, reports: list[ImageReport]) -> str:
     return "\n".join(lines)
 
 
-def remove_test_containers(client: docker.DockerClient) -> int:
+def remove_test_containers(client: engine.Client) -> int:
     """After Ctrl-C: every container this run started, found by its label."""
     found = client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={RUN}"})
     for c in found:

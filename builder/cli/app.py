@@ -17,8 +17,7 @@ from ..matrix.select import Filters, select, select_cells
 from ..matrix.variant import Variant
 
 if TYPE_CHECKING:
-    import docker
-
+    from ..engine.client import Client
     from ..pipeline import build as b
 
 # The engine-side modules (docker-py and what uses it), rich and jinja2 are imported inside the commands
@@ -193,6 +192,13 @@ def _lock_debs(res: m.Resolution, v: Variant, project: Project) -> str:
     return f"locked    {v.name}: {file.name}, {len(resolved)} .debs, {sum(d.size for d in resolved) / 1e9:.2f} GB"
 
 
+def _registry(option: str, value: str | None, shape: str = "HOST[:PORT][/NAMESPACE]") -> str | None:
+    """The one check of a registry option's value."""
+    if value is not None and not patterns.matches(patterns.REGISTRY, value):
+        raise UserError(f"{option} {value!r}: expected {shape}")
+    return value
+
+
 base_app = typer.Typer(no_args_is_help=True, help="OS base images made without a registry.")
 app.add_typer(base_app, name="base")
 
@@ -262,11 +268,9 @@ def build_cmd(
     path = m.matrix_path(matrix)
     res = m.load(path)
     variants = select(res, _filters(os, cuda, pytorch, flavor, variant, all_))
-    if base_mirror is not None and not patterns.matches(patterns.REGISTRY, base_mirror):
-        raise UserError(f"--base-mirror {base_mirror!r}: expected HOST[:PORT][/PATH]")
+    _registry("--base-mirror", base_mirror, "HOST[:PORT][/PATH]")
     hits = registry if registry is not None else res.facts.image.registry
-    if hits and not patterns.matches(patterns.REGISTRY, hits):
-        raise UserError(f"--registry {hits!r}: expected HOST[:PORT][/NAMESPACE]")
+    _registry("--registry", hits or None)  # "": look in no registry
     opts = b.BuildOptions(log_dir=log_dir.resolve(), force=force or no_cache or record_digests, no_cache=no_cache,
                           ca_bundle=ca_bundle, jobs=jobs, base_mirror=base_mirror, bootstrap_base=bootstrap_base,
                           registry=hits or None, record_digests=record_digests,
@@ -296,7 +300,7 @@ def build_cmd(
         _run_tests([res.variant(r.variant).primary_ref for r in results], "auto", False, None, None)
 
 
-def _record_push_layouts(client: docker.DockerClient, res: m.Resolution, project: Project,
+def _record_push_layouts(client: Client, res: m.Resolution, project: Project,
                          results: list[b.BuildResult]) -> None:
     """Add to each recorded image's digests what `imgbuild push` will publish of it: the layout written as a
     push writes it, in a temporary directory, and only its digests kept."""
@@ -457,8 +461,7 @@ def push_cmd(
     target = registry if registry is not None else res.facts.image.registry
     if not target:
         raise UserError(f"no registry: set image.registry in {res.facts.file} or pass --registry HOST/NAMESPACE")
-    if not patterns.matches(patterns.REGISTRY, target):
-        raise UserError(f"--registry {target!r}: expected HOST[:PORT][/NAMESPACE]")
+    _registry("--registry", target)
     auth = push.credentials(sys.stdin.readline().rstrip("\n") if password_stdin else None)
     client = engine.connect()
     published, failed = [], 0
@@ -505,9 +508,8 @@ def lookup_cmd(
     path = m.matrix_path(matrix)
     res = m.load(path)
     v = next(iter(select(res, _filters(None, None, None, None, variant, False))))
-    for option, value in (("--staging", staging), ("--public", public)):
-        if value is not None and not patterns.matches(patterns.REGISTRY, value):
-            raise UserError(f"{option} {value!r}: expected HOST[:PORT][/NAMESPACE]")
+    _registry("--staging", staging)
+    _registry("--public", public)
     opts = b.BuildOptions(log_dir=Path("logs").resolve(), bootstrap_base=bootstrap_base)
     try:
         base = promote.parent_base(v, parent) if parent else None
@@ -535,8 +537,7 @@ def promote_cmd(
     from ..pipeline import promote
     from ..registry import skopeo as registry
 
-    if not patterns.matches(patterns.REGISTRY, registry_):
-        raise UserError(f"--registry {registry_!r}: expected HOST[:PORT][/NAMESPACE]")
+    _registry("--registry", registry_)
     res = m.load(m.matrix_path(matrix))
     try:
         done = promote.promote(res, staged, tested, registry_, copy=not verify)

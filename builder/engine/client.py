@@ -13,10 +13,19 @@ from typing import Any
 
 import docker
 import docker.errors
+import docker.types
 from docker.models.images import Image
 from docker.tls import TLSConfig
 
 from ..errors import UserError
+
+# What the other rooms name of the SDK: the client they are handed, the errors they tell apart, a GPU
+# request. They take these from here, so the SDK is imported in engine/ alone (tests/test_layout.py).
+Client = docker.DockerClient
+APIError = docker.errors.APIError
+DockerException = docker.errors.DockerException
+ImageNotFound = docker.errors.ImageNotFound
+DeviceRequest = docker.types.DeviceRequest
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # A build's stream can be silent for minutes while the engine commits a multi-GB layer.

@@ -13,9 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
-import docker.errors
-
 from .. import patterns, scratch, space
 from ..dockerfile import render
 from ..dockerfile.context import HASH_LABEL, BuildInputs, ContextFile, context_tar, files_digest, hash_ref, shipped
@@ -52,7 +49,7 @@ class BuildOptions:
     record_digests: bool = False  # write a canonical image's digests next to its lock (pins/digests)
     replace_digests: bool = False  # with record_digests: also where other digests are committed (--force)
     # What turns a context into an image: the engine's classic builder unless another joins.
-    builder: Callable[[docker.DockerClient], Builder] = ClassicBuilder
+    builder: Callable[[engine.Client], Builder] = ClassicBuilder
 
 
 @dataclass(frozen=True)
@@ -82,7 +79,7 @@ def order(res: Resolution, variants: list[Variant]) -> list[list[Variant]]:
     return [wave for wave in (first, second) if wave]
 
 
-def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts: BuildOptions) -> tuple[str, str]:
+def resolve_base(client: engine.Client, res: Resolution, v: Variant, opts: BuildOptions) -> tuple[str, str]:
     """The FROM image to use and its ID: the matrix's reference (through a mirror when given), or the
     bootstrapped one; pulled only when neither is here."""
     if v.parent_ref:
@@ -98,7 +95,7 @@ def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts:
             return ref, str(image.id)
     try:
         image = client.images.pull(wanted)
-    except docker.errors.APIError as exc:
+    except engine.APIError as exc:
         if opts.bootstrap_base and v.flavor != "devel":
             plan = bootstrap_plan(res, v.os)
             return plan.ref, bases.bootstrap(client, plan)
@@ -109,7 +106,7 @@ def resolve_base(client: docker.DockerClient, res: Resolution, v: Variant, opts:
     return wanted, str(image.id)
 
 
-def inputs(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
+def inputs(client: engine.Client, res: Resolution, v: Variant, project: Project,
            opts: BuildOptions, base: tuple[str, canonical.Base] | None = None) -> BuildInputs:
     """The build's inputs, the base reference among its arguments; refuses a context that is not current.
 
@@ -147,7 +144,7 @@ def skeleton(v: Variant, project: Project) -> tuple[ContextFile, ...]:
     return (render.dockerfile(v, project, shipped(v, project), skeleton=True),)
 
 
-def adopt_parent(client: docker.DockerClient, res: Resolution, v: Variant, ref: str) -> str:
+def adopt_parent(client: engine.Client, res: Resolution, v: Variant, ref: str) -> str:
     """Pull `v`'s runtime image by digest (REPOSITORY@sha256:...) and tag it as that variant, so `v` builds on
     exactly that image and never rebuilds it. The image must say it is that variant."""
     if not v.parent:
@@ -156,7 +153,7 @@ def adopt_parent(client: docker.DockerClient, res: Resolution, v: Variant, ref: 
         raise UserError(f"--parent {ref!r}: expected REPOSITORY@sha256:DIGEST, the runtime image's staged digest")
     try:
         image = client.images.pull(ref)
-    except docker.errors.APIError as exc:
+    except engine.APIError as exc:
         raise UserError(f"--parent {ref}: not pulled ({str(exc.explanation or exc).splitlines()[0][:160]})") from None
     said = (image.attrs.get("Config", {}).get("Labels") or {}).get("io.imgbuild.variant")
     if said != v.parent:
@@ -165,7 +162,7 @@ def adopt_parent(client: docker.DockerClient, res: Resolution, v: Variant, ref: 
     return str(image.id)
 
 
-def up_to_date(client: docker.DockerClient, digest: str, epoch: int) -> str | None:
+def up_to_date(client: engine.Client, digest: str, epoch: int) -> str | None:
     """The image this imgbuild built (or pulled and checked) from exactly these inputs, if it is still here:
     a label is what an image says about itself, so an image that merely carries it is built again."""
     known = state.built(digest)
@@ -176,13 +173,13 @@ def up_to_date(client: docker.DockerClient, digest: str, epoch: int) -> str | No
     return known if labels.get(HASH_LABEL) == digest and normalise.is_normalised(image.attrs, epoch) else None
 
 
-def tag_all(client: docker.DockerClient, image_id: str, v: Variant) -> None:
+def tag_all(client: engine.Client, image_id: str, v: Variant) -> None:
     for ref in v.refs():
         repository, tag = ref.rsplit(":", 1)
         client.api.tag(image_id, repository, tag, force=True)
 
 
-def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
+def prepare_wheels(client: engine.Client, res: Resolution, v: Variant, project: Project,
                    opts: BuildOptions, rep: Reporter) -> wheels.Fetched:
     """Everything the build's RUN steps fetch from the host: the lock's wheels for this image's Python and
     platform (downloaded only when not cached), each layer's requirements, and uv."""
@@ -204,14 +201,14 @@ def prepare_wheels(client: docker.DockerClient, res: Resolution, v: Variant, pro
     return fetched
 
 
-def pull_built(client: docker.DockerClient, v: Variant, registry_ns: str, digest: str, epoch: int,
+def pull_built(client: engine.Client, v: Variant, registry_ns: str, digest: str, epoch: int,
                committed: str | None, rep: Reporter) -> str | None:
     """The image with these build inputs from `registry_ns` (pushed under its build-hash tag); None when the
     registry does not have it. The tag is read once, as a manifest digest, and everything after names that
     digest, so what is checked is what is downloaded even if the tag moves meanwhile. Its config is read
     first, so an image of other build inputs, one not normalised, or one whose config is not the one
     committed next to its lock is never downloaded. A graph-driver store pulls it itself (parallel, with
-    unpigz: 47.5-49.7 s for the torch image here, against 93.9-95.6 s through skopeo and `docker load`), and
+    unpigz: about twice as fast as skopeo and `docker load`, docs/speed.md), and
     its image ID must be that config's digest. The containerd store does not: its own pull of an image on a
     loaded base inspects empty (no Os, Config or Labels; Docker 28.5), so there skopeo fetches the blobs
     (digests checked) and `docker load` hands it the image a local build would."""
@@ -252,7 +249,7 @@ def pull_built(client: docker.DockerClient, v: Variant, registry_ns: str, digest
             return normalise.load_archive(client, f, raw)
 
 
-def _engine_pull(client: docker.DockerClient, v: Variant, pinned: str, config_digest: str,
+def _engine_pull(client: engine.Client, v: Variant, pinned: str, config_digest: str,
                  rep: Reporter) -> str | None:
     """The engine's pull of `pinned` (REPOSITORY@DIGEST, so no build-hash tag is left here), kept only if its
     image ID is the digest of the config that was read."""
@@ -263,7 +260,7 @@ def _engine_pull(client: docker.DockerClient, v: Variant, pinned: str, config_di
             for chunk in client.api.pull(repository, tag=manifest, stream=True, decode=True):
                 if "error" in chunk:
                     raise registry.RegistryError(str(chunk["error"]))
-        except docker.errors.APIError as exc:
+        except engine.APIError as exc:
             raise registry.RegistryError(str(exc.explanation or exc)) from None
 
     try:
@@ -282,7 +279,7 @@ def _engine_pull(client: docker.DockerClient, v: Variant, pinned: str, config_di
     return got
 
 
-def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
+def build_one(client: engine.Client, res: Resolution, v: Variant, project: Project,
               opts: BuildOptions, rep: Reporter, builder: Builder | None = None) -> BuildResult:
     start = time.monotonic()
     for path, held in scratch.sweep():
@@ -375,7 +372,7 @@ def build_one(client: docker.DockerClient, res: Resolution, v: Variant, project:
 UNPACKED_DEBS = 3
 
 
-def needs(client: docker.DockerClient, res: Resolution, v: Variant, project: Project,
+def needs(client: engine.Client, res: Resolution, v: Variant, project: Project,
           files: tuple[ContextFile, ...], below: str) -> list[space.Need]:
     """The disk space the build of `v` takes, known before its first step: in the temporary directory, the
     layers engine/direct writes past the memory budget and the image `below` them (the base before the
@@ -406,7 +403,7 @@ def _filled(exc: OSError) -> str:
             f"filesystem, and run the command again")
 
 
-def _write_direct(client: docker.DockerClient, res: Resolution, v: Variant, project: Project, built: str,
+def _write_direct(client: engine.Client, res: Resolution, v: Variant, project: Project, built: str,
                   build_inputs: BuildInputs, rep: Reporter) -> normalise.Normalised:
     """The image from the engine's skeleton and the layers imgbuild writes (engine/direct), loaded while the
     later layers are still being written."""
@@ -450,7 +447,7 @@ def check_digests(project: Project, v: Variant, got: expected.Digests, below: in
     return "differs", problem
 
 
-def build_all(client: docker.DockerClient, res: Resolution, variants: list[Variant], project: Project,
+def build_all(client: engine.Client, res: Resolution, variants: list[Variant], project: Project,
               opts: BuildOptions, rep: Reporter) -> list[BuildResult]:
     """Build in dependency waves, `opts.jobs` at a time; a failure is a result, not an exception. Ctrl-C
     cancels every build in flight, removes their containers and raises Interrupted with their number."""

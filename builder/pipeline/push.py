@@ -22,8 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
-
 from ..checks import records
 from ..dockerfile.context import HASH_LABEL, hash_ref
 from ..engine import client as engine
@@ -101,7 +99,7 @@ def credentials(password: str | None) -> dict[str, str] | None:
     return {"username": user, "password": password} if user and password is not None else None
 
 
-def publish(client: docker.DockerClient, v: Variant, registry_ns: str, auth: dict[str, str] | None, force: bool,
+def publish(client: engine.Client, v: Variant, registry_ns: str, auth: dict[str, str] | None, force: bool,
             committed: expected.Digests | None, say: Callable[[str], None]) -> Published:
     image = engine.image_or_none(client, v.primary_ref)
     if image is None:

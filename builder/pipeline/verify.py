@@ -13,9 +13,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
-import docker.errors
-
 from ..checks import layer_paths
 from ..engine import bases, saved
 from ..engine import client as engine
@@ -37,7 +34,7 @@ class LayerDiff:
     lines: tuple[str, ...]
 
 
-def compare(client: docker.DockerClient, first: str, second: str, epoch: int, limit: int = 40) -> list[LayerDiff]:
+def compare(client: engine.Client, first: str, second: str, epoch: int, limit: int = 40) -> list[LayerDiff]:
     """Per differing layer, the paths that differ and how; layer -1 is the config."""
     return compare_read(saved.read(client, first, epoch, index=True), saved.read(client, second, epoch, index=True),
                         epoch, limit)
@@ -121,7 +118,7 @@ def describe(diffs: tuple[LayerDiff, ...] | list[LayerDiff]) -> list[str]:
 REMOTE = "docker://"
 
 
-def _read(client: docker.DockerClient, spec: str, archive: Path, keep: bool) -> saved.Saved:
+def _read(client: engine.Client, spec: str, archive: Path, keep: bool) -> saved.Saved:
     """A local image (ID or tag), or a registry's (docker://REPOSITORY[:TAG|@DIGEST]) fetched by skopeo to
     `archive`, every blob checked against its manifest, and read from the archive without loading it. With
     `keep`, a local image's save is written to `archive` too (for `layer_tar`)."""
@@ -144,7 +141,7 @@ def _read(client: docker.DockerClient, spec: str, archive: Path, keep: bool) -> 
         return saved.read_archive(f, 0, index=True)
 
 
-def diff(client: docker.DockerClient, first: str, second: str,
+def diff(client: engine.Client, first: str, second: str,
          diffoscope: bool = False) -> tuple[list[LayerDiff], list[str]]:
     """`imgbuild diff`: per differing layer, each file that differs between two images and how, and the
     config's differing keys; empty when the two are the same image. With `diffoscope`, also its report on
@@ -183,7 +180,7 @@ def _diffoscope(tool: str, first: Path, second: Path) -> str:
     return done.stdout.rstrip()
 
 
-def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Project, opts: BuildOptions,
+def verify(client: engine.Client, res: Resolution, v: Variant, project: Project, opts: BuildOptions,
            rep: Reporter, rebootstrap: bool) -> Verdict:
     if v.parent:
         raise UserError(f"{v.name} builds on the runtime image {v.parent}: verify that one, then build this")
@@ -193,7 +190,7 @@ def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
     for _ in range(2):
         if rebootstrap:  # the base made anew from the archive each time, not taken from the first run
             plan = bootstrap_plan(res, v.os)
-            with contextlib.suppress(docker.errors.ImageNotFound):
+            with contextlib.suppress(engine.ImageNotFound):
                 client.images.remove(plan.ref)  # untags it; its layers stay while images built on it exist
             base_ids.append(bases.bootstrap(client, plan))
         try:
@@ -209,6 +206,6 @@ def verify(client: docker.DockerClient, res: Resolution, v: Variant, project: Pr
     if image_ids[0] != image_ids[1]:
         first = saved.read(client, image_ids[0], v.source_date_epoch, index=True)
         diffs = tuple(compare_read(first, read, v.source_date_epoch))
-        with contextlib.suppress(docker.errors.APIError):
+        with contextlib.suppress(engine.APIError):
             client.images.remove(image_ids[0])  # the first build's image: the tags are on the second's
     return Verdict((image_ids[0], image_ids[1]), tuple(base_ids), diffs, strays)

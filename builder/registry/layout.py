@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import docker
-
+from ..engine import client as engine
 from ..engine import saved
 from ..host import blobs
 
@@ -126,7 +125,7 @@ def manifest_bytes(config: Blob, layers: tuple[Blob, ...]) -> bytes:
                        "layers": [b.descriptor(LAYER_TYPE) for b in layers]}, separators=(",", ":")).encode()
 
 
-def write(client: docker.DockerClient, image_id: str, directory: Path) -> Layout:
+def write(client: engine.Client, image_id: str, directory: Path) -> Layout:
     """The image written as an OCI layout under `directory`: from the blob cache (host/blobs) where it holds
     the config and every layer compressed, each checked against its digest; otherwise read once from the
     engine (`docker save`), compressed, and kept in the cache for the next push. `directory` should lie
@@ -171,7 +170,7 @@ def _from_cache(image_id: str, diff_ids: tuple[str, ...], packing: str) -> tuple
     return config_digest, digests  # type: ignore[return-value]
 
 
-def _from_engine(client: docker.DockerClient, image_id: str, directory: Path,
+def _from_engine(client: engine.Client, image_id: str, directory: Path,
                  packing: str) -> tuple[Blob, tuple[Blob, ...], tuple[str, ...]]:
     """The image read once from the engine, every layer compressed into `directory` and kept in the cache."""
     blob_dir = directory / "blobs" / "sha256"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ..conftest import ROOT, imgbuild
 
 
@@ -78,3 +80,18 @@ def test_explain_says_how_each_cell_resolved_or_why_not() -> None:
 def test_exclusive_output_flags() -> None:
     result = imgbuild("matrix", "--json", "--github")
     assert result.returncode == 2 and "exclusive" in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["build", "--registry", "bad value!"],
+    ["build", "--base-mirror", "bad value!"],
+    ["push", "--registry", "bad value!"],
+    ["lookup", "--variant", "2.7.1-cu126-debian12-runtime", "--staging", "bad value!"],
+    ["lookup", "--variant", "2.7.1-cu126-debian12-runtime", "--staging", "ok.local:5000/ns", "--public", "bad value!"],
+    ["promote", "--staged", "s.json", "--tested", "t.json", "--registry", "bad value!"],
+])
+def test_a_bad_registry_option_is_one_line_naming_the_option(args: list[str]) -> None:
+    done = imgbuild(*args)
+    option = args[args.index("bad value!") - 1]
+    shape = "HOST[:PORT][/PATH]" if option == "--base-mirror" else "HOST[:PORT][/NAMESPACE]"
+    assert (done.returncode, done.stderr) == (2, f"imgbuild: error: {option} 'bad value!': expected {shape}\n")
