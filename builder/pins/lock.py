@@ -179,8 +179,10 @@ def pinned(path: Path) -> dict[str, str]:
 
 
 def buildable(variants: list[Variant], project: Project) -> tuple[list[Variant], list[tuple[Variant, str]]]:
-    """The variants a build can take now, those with a committed lock; and the others, each with why."""
-    ready, left = [], []
+    """The variants a build can take now, those with a committed lock; and the others, each with why. A child
+    builds on its runtime image's staged digest, so it waits for its runtime image to be scheduled too."""
+    ready: list[Variant] = []
+    left: list[tuple[Variant, str]] = []
     for v in variants:
         if v.distro_toolkit and project.lock_path(v).is_file() and not deblock.path(project, v).is_file():
             left.append((v, f"no .deb lock: run `imgbuild lock --variant {v.name}` with the {v.os} base here, "
@@ -190,4 +192,6 @@ def buildable(variants: list[Variant], project: Project) -> tuple[list[Variant],
         else:
             left.append((v, f"no lock: run `imgbuild lock --variant {v.name}` where {v.wheel_index or 'PyPI'} "
                             f"answers, and commit {project.lock_path(v).relative_to(project.root)}"))
-    return ready, left
+    names = {v.name for v in ready}
+    left += [(v, f"its runtime image {v.parent} is not scheduled") for v in ready if v.parent and v.parent not in names]
+    return [v for v in ready if not v.parent or v.parent in names], left

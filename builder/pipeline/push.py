@@ -13,6 +13,7 @@ has is read back from the registry.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import re
@@ -27,10 +28,13 @@ from ..dockerfile.context import HASH_LABEL, hash_ref
 from ..engine import client as engine
 from ..errors import UserError
 from ..host import blobs
+from ..matrix.project import Project
+from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
 from ..pins import digests as expected
 from ..registry import layout
 from ..registry import skopeo as registry
+from .build import BuildResult
 
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|"
                    r"(?<![0-9a-f:])401(?![0-9a-f])", re.I)
@@ -151,3 +155,20 @@ def check(committed: expected.Digests | None, packed: layout.Layout, name: str) 
 
 def _prefixed(say: Callable[[str], None], ref: str) -> Callable[[str], None]:
     return lambda text: say(f"{ref}: {text}")
+
+
+def record_layouts(client: engine.Client, res: Resolution, project: Project, results: list[BuildResult]) -> list[str]:
+    """Add to each image whose digests a build just recorded what `imgbuild push` will publish of it: the
+    layout written as a push writes it, in a temporary directory, and only its digests kept. One line each."""
+    said = []
+    for r in results:
+        v = res.variant(r.variant)
+        got = expected.read(project, v) if r.digests == "recorded" else None
+        if got is None or r.image_id is None:
+            continue
+        with blobs.scratch("record") as tmp:
+            packed = layout.write(client, r.image_id, Path(tmp) / "oci")
+        expected.write(project, v, dataclasses.replace(got, packing=layout.VERSION, manifest=packed.manifest,
+                                                       blobs=tuple(b.digest for b in packed.layers)))
+        said.append(f"{v.name}: push will publish manifest {packed.manifest} (zlib {zlib.ZLIB_RUNTIME_VERSION})")
+    return said
