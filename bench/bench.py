@@ -233,7 +233,7 @@ def layer_sizes(client: docker.DockerClient, image: str) -> list[tuple[str, int]
     history = [h for h in reversed(client.api.history(image))]
     diff_ids = attrs["RootFS"]["Layers"]
     sizes = [int(h["Size"]) for h in history]
-    from builder.engine.normalise import engine_config
+    from builder.engine.images import engine_config
 
     config = engine_config(client, image)
     if config is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine.direct import VENV  # the venv the OS step makes, where imgbuild installs the wheels
-from ..engine.saved import Entry, Saved
+from ..oci.archive import Entry, Saved
 
 # Where tools write without being asked, and why each is not the image's: (prefix, what it is).
 TRACES = (

@@ -30,18 +30,28 @@ import docker
 
 from .. import scratch
 from ..oci import layer
+from ..oci.config import iso
 from ..oci.layer import Indexed, Key, apply, archive_member, index, plan
 from ..pins.digests import Digests
 from . import saved
 from .client import containerd_store
 from .direct import FILES_STEP, Pending
-from .normalise import Normalised, engine_config, iso, load
+from .images import engine_config, load
 
 VERSION = layer.VERSION
 
 _BLOCK = 1 << 20
 _CONFIG_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir", "Labels",
                 "StopSignal", "Healthcheck", "Shell", "ArgsEscaped")
+
+
+@dataclass(frozen=True)
+class Written:
+    """An image imgbuild wrote and the engine loaded."""
+
+    image_id: str
+    digests: Digests  # what the image is made of, for the committed digests (pins/digests)
+    clamped: tuple[str, ...] = ()  # "layer N: path" for entries dated after the epoch, written at it
 
 
 @dataclass(frozen=True)
@@ -169,7 +179,7 @@ def _open(path: Path | None) -> IO[bytes]:
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
-             written: Sequence[Pending] = (), version: str = VERSION) -> Normalised:
+             written: Sequence[Pending] = (), version: str = VERSION) -> Written:
     """The built image with every layer above the bottom `keep` (the base's) written canonically, then the
     layers imgbuild wrote itself (`written`, engine/direct), and its config; loaded, and its ID returned.
 
@@ -193,7 +203,7 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
                   if not h.get("empty_layer"))
-    return Normalised(loaded or config_digest,
+    return Written(loaded or config_digest,
                       Digests(version, config_digest, tuple(assembly.diff_ids),
                               steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped))
 

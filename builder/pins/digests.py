@@ -1,7 +1,7 @@
 """The committed digests of an image (`imgbuild build --record-digests`), next to its lock:
 locks/<variant>.digests.json holds the config digest and every layer's diffID that build gave, and the
 writer version (engine/canonical) that gave them; and what `imgbuild push` will publish of it: the
-manifest digest and each compressed layer's digest, with the compressor's version (registry/layout). A build
+manifest digest and each compressed layer's digest, with the compressor's version (oci/layout). A build
 that differs is an error naming the first layer
 that differs, so a change of bytes is seen where it happens, not when someone compares by hand."""
 
@@ -22,7 +22,7 @@ class Digests:
     config: str  # sha256 of the config: the image ID on the graph-driver store
     layers: tuple[str, ...]  # diffIDs, bottom first
     steps: tuple[str, ...] = ()  # what made each layer, for the error
-    packing: str = ""  # the compressor's version (registry.layout.VERSION); "" until a push layout is recorded
+    packing: str = ""  # the compressor's version (oci.layout.VERSION); "" until a push layout is recorded
     manifest: str = ""  # the manifest digest `imgbuild push` publishes for every tag
     blobs: tuple[str, ...] = ()  # each layer compressed, bottom first
 

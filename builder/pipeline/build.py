@@ -1,6 +1,6 @@
 """Build the selected variants: their inputs (a verified context, a base, the wheel cache), an image with the
-same inputs reused or pulled where there is one, else a build by the Builder, normalised and tagged with all
-its tags only once it succeeded."""
+same inputs reused or pulled where there is one, else a build by the Builder, written by imgbuild and
+tagged with all its tags only once it succeeded."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .. import patterns, scratch, space
 from ..dockerfile import render
 from ..dockerfile.context import HASH_LABEL, BuildInputs, ContextFile, context_tar, files_digest, hash_ref, shipped
 from ..dockerfile.render import verified_context
-from ..engine import bases, bytecode, canonical, direct, normalise, prune
+from ..engine import bases, bytecode, canonical, direct, images, prune
 from ..engine import client as engine
 from ..engine.build import Builder, BuildFailed, ClassicBuilder, Interrupted
 from ..errors import UserError
@@ -26,6 +26,7 @@ from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.project import Project
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
+from ..oci.config import at_epoch
 from ..oci.layer import LayerError
 from ..pins import deblock, lockfile, wheels
 from ..pins import debs as host_debs
@@ -170,7 +171,7 @@ def up_to_date(client: engine.Client, digest: str, epoch: int) -> str | None:
     if image is None:
         return None
     labels = image.attrs.get("Config", {}).get("Labels") or {}
-    return known if labels.get(HASH_LABEL) == digest and normalise.is_normalised(image.attrs, epoch) else None
+    return known if labels.get(HASH_LABEL) == digest and at_epoch(image.attrs, epoch) else None
 
 
 def tag_all(client: engine.Client, image_id: str, v: Variant) -> None:
@@ -206,7 +207,7 @@ def pull_built(client: engine.Client, v: Variant, registry_ns: str, digest: str,
     """The image with these build inputs from `registry_ns` (pushed under its build-hash tag); None when the
     registry does not have it. The tag is read once, as a manifest digest, and everything after names that
     digest, so what is checked is what is downloaded even if the tag moves meanwhile. Its config is read
-    first, so an image of other build inputs, one not normalised, or one whose config is not the one
+    first, so an image of other build inputs, one imgbuild did not write, or one whose config is not the one
     committed next to its lock is never downloaded. A graph-driver store pulls it itself (parallel, with
     unpigz: about twice as fast as skopeo and `docker load`, docs/speed.md), and
     its image ID must be that config's digest. The containerd store does not: its own pull of an image on a
@@ -226,7 +227,7 @@ def pull_built(client: engine.Client, v: Variant, registry_ns: str, digest: str,
         return None
     config = json.loads(raw)
     labels = (config.get("config") or {}).get("Labels") or {}
-    if labels.get(HASH_LABEL) != digest or not normalise.is_normalised({"Created": config.get("created")}, epoch):
+    if labels.get(HASH_LABEL) != digest or not at_epoch({"Created": config.get("created")}, epoch):
         rep.say(v.name, f"{ref} carries other build inputs (build hash {labels.get(HASH_LABEL)}, created "
                         f"{config.get('created')}); building instead")
         return None
@@ -246,7 +247,7 @@ def pull_built(client: engine.Client, v: Variant, registry_ns: str, digest: str,
             rep.say(v.name, f"not pulled ({str(exc).splitlines()[0][:160]}); building")
             return None
         with archive.open("rb") as f:
-            return normalise.load_archive(client, f, raw)
+            return images.load_archive(client, f, raw)
 
 
 def _engine_pull(client: engine.Client, v: Variant, pinned: str, config_digest: str,
@@ -404,7 +405,7 @@ def _filled(exc: OSError) -> str:
 
 
 def _write_direct(client: engine.Client, res: Resolution, v: Variant, project: Project, built: str,
-                  build_inputs: BuildInputs, rep: Reporter) -> normalise.Normalised:
+                  build_inputs: BuildInputs, rep: Reporter) -> canonical.Written:
     """The image from the engine's skeleton and the layers imgbuild writes (engine/direct), loaded while the
     later layers are still being written."""
     layers = wheel_layers(v, project)

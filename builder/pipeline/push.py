@@ -3,7 +3,7 @@
 The engine's own push is not used: it compresses each layer with the engine's gzip, so one image pushed
 from two engines got two manifest digests. The image is read once from the engine (or taken from the blob
 cache of an earlier push, host/blobs) and written as an OCI layout whose every byte imgbuild decides
-(registry/layout), and skopeo, a real registry client, copies it to each tag unchanged. So the manifest
+(oci/layout, pipeline/pack), and skopeo, a real registry client, copies it to each tag unchanged. So the manifest
 digest is known before anything is sent, and is checked against the one committed next to its lock first.
 Connection failures (a registry restarting, a proxy hiccup) are retried with backoff; an auth failure is
 never retried (it will not get better, and repeated bad logins can lock an account). The digest each tag
@@ -31,9 +31,10 @@ from ..host import blobs
 from ..matrix.project import Project
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
+from ..oci import layout
 from ..pins import digests as expected
-from ..registry import layout
 from ..registry import skopeo as registry
+from . import pack
 from .build import BuildResult
 
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|"
@@ -121,7 +122,7 @@ def publish(client: engine.Client, v: Variant, registry_ns: str, auth: dict[str,
     order = refs[-1:] + refs[:-1] if build_hash else refs
     with blobs.scratch("push") as tmp:
         say(f"{v.name}: writing the layout to publish")
-        packed = layout.write(client, image_id, Path(tmp) / "oci")
+        packed = pack.write(client, image_id, Path(tmp) / "oci")
         say(f"{v.name}: " + ("every blob taken from the blob cache, checked: nothing compressed" if packed.cached
                              else f"every layer compressed here, kept in {blobs.root()} for the next push"))
         state = check(committed, packed, v.name)
@@ -167,7 +168,7 @@ def record_layouts(client: engine.Client, res: Resolution, project: Project, res
         if got is None or r.image_id is None:
             continue
         with blobs.scratch("record") as tmp:
-            packed = layout.write(client, r.image_id, Path(tmp) / "oci")
+            packed = pack.write(client, r.image_id, Path(tmp) / "oci")
         expected.write(project, v, dataclasses.replace(got, packing=layout.VERSION, manifest=packed.manifest,
                                                        blobs=tuple(b.digest for b in packed.layers)))
         said.append(f"{v.name}: push will publish manifest {packed.manifest} (zlib {zlib.ZLIB_RUNTIME_VERSION})")

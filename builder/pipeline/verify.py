@@ -17,12 +17,13 @@ from ..checks import layer_paths
 from ..engine import bases, saved
 from ..engine import client as engine
 from ..engine.build import BuildFailed
-from ..engine.normalise import normalised_config
 from ..errors import UserError
 from ..host.base import bootstrap_plan
 from ..matrix.project import Project
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
+from ..oci.archive import Saved, layer_tar, read_archive
+from ..oci.config import comparable_config
 from ..progress import Reporter
 from ..registry import skopeo as registry
 from .build import BuildOptions, build_one, resolve_base
@@ -40,7 +41,7 @@ def compare(client: engine.Client, first: str, second: str, epoch: int, limit: i
                         epoch, limit)
 
 
-def compare_read(a: saved.Saved, b: saved.Saved, epoch: int | None, limit: int = 40,
+def compare_read(a: Saved, b: Saved, epoch: int | None, limit: int = 40,
                  names: tuple[str, str] = ("the first build", "the second build")) -> list[LayerDiff]:
     """`compare` on two images already read with their entries. With `epoch` None the configs are compared
     as they are, times included; otherwise normalised to it (two builds differ in their build times)."""
@@ -64,7 +65,7 @@ def compare_read(a: saved.Saved, b: saved.Saved, epoch: int | None, limit: int =
     if len(a.layers) != len(b.layers):
         diffs.append(LayerDiff(-1, (f"{len(a.layers)} layers against {len(b.layers)}",)))
     ca, cb = ((dict(a.config), dict(b.config)) if epoch is None else
-              (json.loads(normalised_config(a.config, epoch)), json.loads(normalised_config(b.config, epoch))))
+              (json.loads(comparable_config(a.config, epoch)), json.loads(comparable_config(b.config, epoch))))
     ca.pop("rootfs", None)
     cb.pop("rootfs", None)
     if ca != cb:
@@ -118,7 +119,7 @@ def describe(diffs: tuple[LayerDiff, ...] | list[LayerDiff]) -> list[str]:
 REMOTE = "docker://"
 
 
-def _read(client: engine.Client, spec: str, archive: Path, keep: bool) -> saved.Saved:
+def _read(client: engine.Client, spec: str, archive: Path, keep: bool) -> Saved:
     """A local image (ID or tag), or a registry's (docker://REPOSITORY[:TAG|@DIGEST]) fetched by skopeo to
     `archive`, every blob checked against its manifest, and read from the archive without loading it. With
     `keep`, a local image's save is written to `archive` too (for `layer_tar`)."""
@@ -128,7 +129,7 @@ def _read(client: engine.Client, spec: str, archive: Path, keep: bool) -> saved.
         except registry.RegistryError as exc:
             raise UserError(f"{spec}: not fetched: {exc}") from None
         with archive.open("rb") as f:
-            return saved.read_archive(f, 0, index=True)
+            return read_archive(f, 0, index=True)
     image = engine.image_or_none(client, spec)
     if image is None:
         raise UserError(f"{spec}: no such image on this engine; name a local image (ID or tag) or a registry's "
@@ -138,7 +139,7 @@ def _read(client: engine.Client, spec: str, archive: Path, keep: bool) -> saved.
     with archive.open("wb") as f:
         shutil.copyfileobj(saved.saved_stream(client, str(image.id)), f, 1 << 20)
     with archive.open("rb") as f:
-        return saved.read_archive(f, 0, index=True)
+        return read_archive(f, 0, index=True)
 
 
 def diff(client: engine.Client, first: str, second: str,
@@ -162,7 +163,7 @@ def diff(client: engine.Client, first: str, second: str,
             if d.index >= 0:
                 tars = Path(tmp) / f"first-layer{d.index}.tar", Path(tmp) / f"second-layer{d.index}.tar"
                 for image, archive, tar in ((a, archives[0], tars[0]), (b, archives[1], tars[1])):
-                    saved.layer_tar(archive, image.layers[d.index], tar)
+                    layer_tar(archive, image.layers[d.index], tar)
                 reports.append(f"diffoscope, layer {d.index} ({first} against {second}):")
                 reports.append(_diffoscope(str(tool), *tars))
                 for tar in tars:

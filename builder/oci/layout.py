@@ -15,17 +15,12 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
-
-from ..engine import client as engine
-from ..engine import saved
-from ..host import blobs
 
 # What shapes the blobs: a change here changes every pushed digest, so it is written into the committed
 # digests (locks/<variant>.digests.json) and a push compares like with like.
@@ -114,7 +109,7 @@ def compress(src: IO[bytes], out: IO[bytes], pool: ThreadPoolExecutor) -> Blob:
     return Blob("sha256:" + packed.hexdigest(), written)
 
 
-def _store(directory: Path, data: bytes) -> Blob:
+def store(directory: Path, data: bytes) -> Blob:
     blob = Blob("sha256:" + hashlib.sha256(data).hexdigest(), len(data))
     (directory / "blobs" / "sha256" / blob.digest.removeprefix("sha256:")).write_bytes(data)
     return blob
@@ -123,72 +118,3 @@ def _store(directory: Path, data: bytes) -> Blob:
 def manifest_bytes(config: Blob, layers: tuple[Blob, ...]) -> bytes:
     return json.dumps({"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "config": config.descriptor(CONFIG_TYPE),
                        "layers": [b.descriptor(LAYER_TYPE) for b in layers]}, separators=(",", ":")).encode()
-
-
-def write(client: engine.Client, image_id: str, directory: Path) -> Layout:
-    """The image written as an OCI layout under `directory`: from the blob cache (host/blobs) where it holds
-    the config and every layer compressed, each checked against its digest; otherwise read once from the
-    engine (`docker save`), compressed, and kept in the cache for the next push. `directory` should lie
-    beside the cache (`blobs.scratch`): blobs are linked, not copied."""
-    blob_dir = directory / "blobs" / "sha256"
-    blob_dir.mkdir(parents=True)
-    diff_ids = tuple((client.api.inspect_image(image_id).get("RootFS") or {}).get("Layers") or ())  # type: ignore[no-untyped-call]
-    packing = f"{VERSION}, zlib {zlib.ZLIB_RUNTIME_VERSION}"
-    kept = _from_cache(image_id, diff_ids, packing)
-    if kept is not None:  # every blob checked against its digest
-        config_digest, digests = kept
-        for digest in (config_digest, *digests):
-            blobs.fetch(digest, blob_dir / digest.removeprefix("sha256:"))
-        config = _blob(blob_dir, config_digest)
-        layers = tuple(_blob(blob_dir, d) for d in digests)
-    else:
-        config, layers, diff_ids = _from_engine(client, image_id, directory, packing)
-    manifest = _store(directory, manifest_bytes(config, layers))
-    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-             "manifests": [manifest.descriptor(MANIFEST_TYPE)]}
-    (directory / "index.json").write_text(json.dumps(index, separators=(",", ":")))
-    (directory / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
-    return Layout(directory, manifest.digest, config, layers, diff_ids, kept is not None)
-
-
-def _blob(blob_dir: Path, digest: str) -> Blob:
-    return Blob(digest, (blob_dir / digest.removeprefix("sha256:")).stat().st_size)
-
-
-def _from_cache(image_id: str, diff_ids: tuple[str, ...], packing: str) -> tuple[str, tuple[str, ...]] | None:
-    """The config blob and compressed layers of the image from the cache, when it holds them all, whole, and
-    the config names these layers."""
-    config_digest = blobs.config(image_id)
-    digests = tuple(blobs.layer(packing, d) for d in diff_ids)
-    if config_digest is None or not diff_ids or None in digests:
-        return None
-    if not all(blobs.checked(d) for d in (config_digest, *digests)):  # type: ignore[arg-type]
-        return None
-    config = json.loads((blobs.root() / "sha256" / config_digest.removeprefix("sha256:")).read_bytes())
-    if tuple((config.get("rootfs") or {}).get("diff_ids") or ()) != diff_ids:
-        return None
-    return config_digest, digests  # type: ignore[return-value]
-
-
-def _from_engine(client: engine.Client, image_id: str, directory: Path,
-                 packing: str) -> tuple[Blob, tuple[Blob, ...], tuple[str, ...]]:
-    """The image read once from the engine, every layer compressed into `directory` and kept in the cache."""
-    blob_dir = directory / "blobs" / "sha256"
-    compressed: dict[str, Blob] = {}  # by archive path
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="imgbuild-gzip") as pool:
-        def sink(path: str, raw: IO[bytes]) -> None:
-            with tempfile.NamedTemporaryFile(dir=blob_dir, prefix=".part-", delete=False) as part:
-                blob = compress(raw, part, pool)
-            Path(part.name).replace(blob_dir / blob.digest.removeprefix("sha256:"))
-            compressed[path] = blob
-
-        image = saved.read(client, image_id, 0, layer_sink=sink)
-    # `docker save` writes a layer equal to an earlier one once and links the other name to it
-    by_diff = {image.diff_ids[p]: b for p, b in compressed.items()}
-    layers = tuple(compressed.get(p) or by_diff[image.diff_ids[p]] for p in image.layers)
-    diff_ids = tuple(image.diff_ids[p] for p in image.layers)
-    config = _store(directory, image.config_bytes)
-    for blob, diff_id in zip(layers, diff_ids, strict=True):
-        blobs.remember(blob.digest, blob_dir / blob.digest.removeprefix("sha256:"), packing, diff_id)
-    blobs.remember(config.digest, blob_dir / config.digest.removeprefix("sha256:"), image_id=image_id)
-    return config, layers, diff_ids

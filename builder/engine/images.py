@@ -1,45 +1,17 @@
 """What imgbuild reads from and hands to the engine around its own image writer (engine/canonical): the
-image config as the engine's answers give it (`engine_config`, no layer read), the times it writes
-(`iso`, `is_normalised`: an image imgbuild wrote was created at the epoch), the config without what the
-classic builder stamps per build (`normalised_config`, which `verify-repro` compares), and `docker load`.
-"""
+image config as the engine's answers give it (`engine_config`, no layer read), and `docker load`."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import IO
 
 import docker
 import docker.errors
 
-from ..pins.digests import Digests
-
-
-def iso(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def is_normalised(attrs: dict[str, object], epoch: int) -> bool:
-    """A normalised image was created at the epoch; the builder's own carries the build time."""
-    return str(attrs.get("Created", "")).startswith(iso(epoch)[:-1])
-
-
-def normalised_config(config: dict[str, object], epoch: int) -> bytes:
-    """The config without what the classic builder stamps per build: times and intermediate IDs."""
-    out = dict(config)
-    out["created"] = iso(epoch)
-    out["history"] = [{**h, "created": iso(epoch)} for h in config.get("history", [])]  # type: ignore[attr-defined]
-    out.pop("container", None)
-    out.pop("container_config", None)
-    inner = dict(config.get("config") or {})  # type: ignore[call-overload]
-    inner["Image"], inner["Hostname"] = "", ""
-    out["config"] = inner
-    return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
+from ..oci.config import iso
 
 
 def load(client: docker.DockerClient, archive: IO[bytes] | bytes | Iterator[bytes]) -> str | None:
@@ -47,7 +19,7 @@ def load(client: docker.DockerClient, archive: IO[bytes] | bytes | Iterator[byte
     said = []
     for chunk in client.api.load_image(archive):  # type: ignore[no-untyped-call]
         if "error" in chunk:
-            raise docker.errors.APIError(f"docker load of the normalised config: {chunk['error']}")
+            raise docker.errors.APIError(f"docker load: {chunk['error']}")
         said.append(str(chunk.get("stream", "")))
     loaded = re.search(r"Loaded image ID: (sha256:[0-9a-f]{64})", "".join(said))
     return loaded[1] if loaded else None
@@ -58,13 +30,6 @@ def load_archive(client: docker.DockerClient, archive: IO[bytes] | bytes | Itera
     """`docker load` an archive; returns the ID the engine gave the image. The graph-driver store names it by
     its config's digest; containerd's by the manifest `docker load` writes, which only its answer tells."""
     return load(client, archive) or "sha256:" + hashlib.sha256(config_bytes).hexdigest()
-
-
-@dataclass(frozen=True)
-class Normalised:
-    image_id: str
-    digests: Digests  # what the image is made of, for the committed digests (pins/digests)
-    clamped: tuple[str, ...] = ()  # "layer N: path" for entries dated after the epoch, written at it
 
 
 # History steps that never add a layer, in the classic builder's words ("#(nop)  ENV ...") and BuildKit's.

@@ -9,7 +9,7 @@ import io
 import tarfile
 from pathlib import Path
 
-from builder.engine.saved import layer_tar
+from builder.oci.archive import layer_tar
 
 
 def _layer(name: str, data: bytes) -> bytes:
