@@ -11,17 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +31,7 @@ from builder.matrix.project import Project  # noqa: E402
 from builder.matrix.resolve import load  # noqa: E402
 from builder.pins import lockfile, wheels  # noqa: E402
 from builder.pipeline.build import skeleton  # noqa: E402
+from tests.helpers import registry  # noqa: E402  (the tests' docker-registry: one start-up)
 
 RESULTS = ROOT / "bench" / "results"
 IMGBUILD = str(Path(sys.executable).parent / "imgbuild")
@@ -143,37 +140,6 @@ def naive_build(env: dict[str, str] | None = None, network: tuple[str, ...] = ()
     finally:
         (context / "host-ca.pem").unlink()
     return seconds
-
-
-# ---- the registry --------------------------------------------------------------------------------------
-
-@contextmanager
-def registry(directory: Path) -> Iterator[str]:
-    if shutil.which("docker-registry") is None:
-        raise SystemExit("bench: docker-registry is not installed; `make test-engine` installs it")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    config = directory / "registry.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: "
-                      f"{directory / 'storage'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
-    log = (directory / "registry.log").open("w")
-    proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit("bench: docker-registry did not start") from None
-                time.sleep(0.2)
-        yield f"127.0.0.1:{port}/bench"
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-        log.close()
 
 
 # ---- sizes ---------------------------------------------------------------------------------------------
@@ -324,7 +290,8 @@ def main() -> None:
         base_size = int(client.images.get(BASE).attrs["Size"])
 
         say("a fresh engine whose registry holds the image: push once, then pull instead of building")
-        with registry(work) as host:
+        with registry(work) as served:
+            host = f"{served}/bench"
             timed([IMGBUILD, "push", "--variant", VARIANT, "--registry", host, "--force"])
             for i in range(RUNS):
                 remove_built(client)
