@@ -100,7 +100,7 @@ class BuildInputs:
     """What decides an image: the context's files, the base image, and the build arguments."""
 
     files: tuple[ContextFile, ...]  # sorted by path
-    base_id: str  # the base's identity on any engine (engine.canonical.Base), not its engine-local image ID
+    base_id: str  # the base's identity on any engine (oci.config.Base), not its engine-local image ID
     buildargs: tuple[tuple[str, str], ...]
     # Which of imgbuild's writers shapes the image's bytes after the build, and its version: another writer
     # gives other bytes from the same context, so it is an input too.

@@ -30,7 +30,7 @@ import docker
 
 from .. import scratch
 from ..oci import layer
-from ..oci.config import iso
+from ..oci.config import Base, canonical_config
 from ..oci.layer import Indexed, Key, apply, archive_member, index, plan
 from ..pins.digests import Digests
 from . import saved
@@ -41,8 +41,6 @@ from .images import engine_config, load
 VERSION = layer.VERSION
 
 _BLOCK = 1 << 20
-_CONFIG_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir", "Labels",
-                "StopSignal", "Healthcheck", "Shell", "ArgsEscaped")
 
 
 @dataclass(frozen=True)
@@ -52,45 +50,6 @@ class Written:
     image_id: str
     digests: Digests  # what the image is made of, for the committed digests (pins/digests)
     clamped: tuple[str, ...] = ()  # "layer N: path" for entries dated after the epoch, written at it
-
-
-@dataclass(frozen=True)
-class Base:
-    """What a build stands on, the same on every engine and in a registry: the digest of its config written
-    canonically with no times (an image ID is the config's digest on the graph-driver store, but a manifest's
-    on the containerd store), and how many layers it has."""
-
-    identity: str
-    layers: int
-
-    @staticmethod
-    def of(config: dict[str, object]) -> Base:
-        diff_ids = list(config.get("rootfs", {}).get("diff_ids") or [])  # type: ignore[attr-defined]
-        return Base("sha256:" + hashlib.sha256(_config(config, diff_ids, 0)).hexdigest(), len(diff_ids))
-
-    @staticmethod
-    def on(client: docker.DockerClient, image_id: str) -> Base:
-        """The base as the engine holds it: its config from the engine's answers, or read whole where those
-        do not say which steps made its layers."""
-        return Base.of(engine_config(client, image_id) or saved.read(client, image_id, 0).config)
-
-
-def _config(config: dict[str, object], diff_ids: list[str], epoch: int) -> bytes:
-    inner = config.get("config") or {}
-    assert isinstance(inner, dict)
-    out: dict[str, object] = {
-        "architecture": config.get("architecture", "amd64"),
-        "os": config.get("os", "linux"),
-        "created": iso(epoch),
-        "config": {k: inner[k] for k in _CONFIG_KEYS if inner.get(k)},
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
-        "history": [{k: v for k, v in {"created": iso(epoch), "created_by": h.get("created_by"),
-                                       "empty_layer": h.get("empty_layer")}.items() if v}
-                    for h in config.get("history", []) or []],  # type: ignore[attr-defined]
-    }
-    if config.get("variant"):
-        out["variant"] = config["variant"]
-    return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -165,7 +124,7 @@ class _Assembly:
             apply(view, changes)
             self.diff_ids.append(diff_id)
             names.append(name)
-        self.config_bytes = _config(self._config, self.diff_ids, self._epoch)
+        self.config_bytes = canonical_config(self._config, self.diff_ids, self._epoch)
         config_name = hashlib.sha256(self.config_bytes).hexdigest() + ".json"
         manifest = json.dumps([{"Config": config_name, "RepoTags": None, "Layers": names}]).encode()
         for member, data in ((config_name, self.config_bytes), ("manifest.json", manifest)):
@@ -176,6 +135,12 @@ class _Assembly:
 def _open(path: Path | None) -> IO[bytes]:
     assert path is not None  # a layer of the save above the base was spooled
     return path.open("rb")
+
+
+def base_on(client: docker.DockerClient, image_id: str) -> Base:
+    """The base as the engine holds it: its config from the engine's answers, or read whole where those do
+    not say which steps made its layers."""
+    return Base.of(engine_config(client, image_id) or saved.read(client, image_id, 0).config)
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,

@@ -26,7 +26,7 @@ from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.project import Project
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
-from ..oci.config import at_epoch
+from ..oci.config import Base, at_epoch
 from ..oci.layer import LayerError
 from ..pins import deblock, lockfile, wheels
 from ..pins import debs as host_debs
@@ -108,11 +108,11 @@ def resolve_base(client: engine.Client, res: Resolution, v: Variant, opts: Build
 
 
 def inputs(client: engine.Client, res: Resolution, v: Variant, project: Project,
-           opts: BuildOptions, base: tuple[str, canonical.Base] | None = None) -> BuildInputs:
+           opts: BuildOptions, base: tuple[str, Base] | None = None) -> BuildInputs:
     """The build's inputs, the base reference among its arguments; refuses a context that is not current.
 
     The context is images/<variant>/Dockerfile, once it is known to equal what renders, with the files every
-    image ships (dockerfile.render.verified_context). `base`: the FROM reference and the base (canonical.Base), when
+    image ships (dockerfile.render.verified_context). `base`: the FROM reference and the base (oci.config.Base), when
     known without the engine (a registry-side lookup of a child image reads its parent from the registry)."""
     if not project.lock_path(v).is_file():
         raise UserError(f"{v.name} has no lock ({project.lock_path(v)}); run `imgbuild lock --variant "
@@ -123,7 +123,7 @@ def inputs(client: engine.Client, res: Resolution, v: Variant, project: Project,
     rendered = verified_context(v, project, Path(res.facts.file))
     if base is None:
         base_ref, base_id = resolve_base(client, res, v, opts)
-        base = base_ref, canonical.Base.on(client, base_id)
+        base = base_ref, canonical.base_on(client, base_id)
     base_ref, found = base
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
     if writes_layers(v):  # the skeleton the engine builds is an input too

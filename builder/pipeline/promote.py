@@ -16,10 +16,10 @@ from typing import Any
 
 from .. import patterns
 from ..dockerfile.context import hash_ref
-from ..engine.canonical import Base
 from ..errors import UserError
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
+from ..oci.config import Base
 from ..registry import skopeo as registry
 from .push import target_refs
 

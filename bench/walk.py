@@ -1,0 +1,87 @@
+"""How often one variant's build crosses between builder's packages: a real build of the tests' small
+variant (tests/helpers.small_project: the default image's steps, a two-wheel lock), traced from build_one's
+entry to its return. A move is a call from a function of one package of builder/ into a function of
+another (the shared modules at the package's top count as one package, "top"), counted once per pair of
+functions however often a loop repeats it; the moves are printed by pair of packages, then the total.
+Needs the engine and the bootstrapped Debian 12 base, like the tests.
+
+    python bench/walk.py [CHECKOUT]   (CHECKOUT: another checkout of imgbuild to trace, for a comparison)
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def package(frame: FrameType | None) -> str | None:
+    """The builder package of the nearest frame of builder's code, None outside it."""
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        if name.startswith("builder."):
+            parts = name.split(".")
+            return parts[1] if len(parts) > 2 else "top"
+        frame = frame.f_back
+    return None
+
+
+def main() -> None:
+    checkout = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else HERE
+    sys.path[:0] = [str(checkout), str(HERE)]
+    from builder.cli import main as imgbuild  # the traced checkout's, first on the path
+    from tests.helpers import small_project  # the tests' small variant, made by this checkout's helpers
+
+    edges: set[tuple[str, str, str, str]] = set()  # caller package, function; callee package, function
+    inside = 0
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        nonlocal inside
+        if event != "call":
+            if event == "return" and frame.f_code.co_name == "build_one" and inside:
+                inside -= 1
+            return
+        if frame.f_code.co_name == "build_one" and str(frame.f_globals.get("__name__", "")).startswith("builder."):
+            inside += 1
+        if not inside:
+            return
+        if not str(frame.f_globals.get("__name__", "")).startswith("builder."):
+            return
+        back = frame.f_back
+        while back is not None and not str(back.f_globals.get("__name__", "")).startswith("builder."):
+            back = back.f_back
+        callee, caller = package(frame), package(back)
+        if back is not None and callee and caller and callee != caller:
+            edges.add((caller, f"{back.f_globals['__name__']}.{back.f_code.co_name}",
+                       callee, f"{frame.f_globals['__name__']}.{frame.f_code.co_name}"))
+
+    with tempfile.TemporaryDirectory(prefix="imgbuild-walk-") as tmp:
+        os.environ["XDG_CACHE_HOME"] = os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))
+        matrix = small_project(Path(tmp), "imgbuild-walk")
+        sys.argv = ["imgbuild", "build", "--matrix", str(matrix), "--force", "--registry", "",
+                    "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "--log-dir", str(Path(tmp) / "logs")]
+        sys.setprofile(profile)
+        try:
+            imgbuild()
+        except SystemExit as exc:
+            if exc.code:
+                raise
+        finally:
+            sys.setprofile(None)
+        subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", "prune", "--matrix",
+                        str(matrix)], cwd=checkout, capture_output=True, check=False, timeout=300)
+    moves = collections.Counter((a, b) for a, _, b, _ in edges)
+    for (a, b), n in sorted(moves.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"{a:>10} -> {b:<10} {n}")
+    print(f"{len(edges)} moves between packages, {len(moves)} pairs of packages ({checkout})")
+
+
+if __name__ == "__main__":
+    main()
