@@ -33,7 +33,6 @@ def push_cmd(
     from ..engine import client as engine
     from ..pipeline import push
 
-
     path = m.matrix_path(matrix)
     res = m.load(path)
     project = Project.for_matrix(path)
