@@ -2,7 +2,9 @@
 variant (tests/helpers.small_project: the default image's steps, a two-wheel lock), traced from build_one's
 entry to its return. A move is a call from a function of one package of builder/ into a function of
 another (the shared modules at the package's top count as one package, "top"), counted once per pair of
-functions however often a loop repeats it; the moves are printed by pair of packages, then the total.
+functions however often a loop repeats it; the moves are printed by pair of packages, then the total and
+how many went up (into a package later in the checkout's own order, tests/test_layout.STAGES: a callback or
+a generator resumed).
 Needs the engine and the bootstrapped Debian 12 base, like the tests.
 
     python bench/walk.py [CHECKOUT]   (CHECKOUT: another checkout of imgbuild to trace, for a comparison)
@@ -38,6 +40,7 @@ def main() -> None:
     sys.path[:0] = [str(checkout), str(HERE)]
     from builder.cli import main as imgbuild  # the traced checkout's, first on the path
     from tests.helpers import small_project  # the tests' small variant, made by this checkout's helpers
+    from tests.test_layout import STAGES  # the checkout's own order of its packages
 
     edges: set[tuple[str, str, str, str]] = set()  # caller package, function; callee package, function
     inside = 0
@@ -80,7 +83,17 @@ def main() -> None:
     moves = collections.Counter((a, b) for a, _, b, _ in edges)
     for (a, b), n in sorted(moves.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"{a:>10} -> {b:<10} {n}")
-    print(f"{len(edges)} moves between packages, {len(moves)} pairs of packages ({checkout})")
+
+    def stage(name: str) -> int:
+        return STAGES.index(name) if name in STAGES else -1
+
+    up = sum(n for (a, b), n in moves.items() if stage(b) > stage(a))
+    # The module that sequences a build: builder/pipeline where there is one, else engine/build (its home
+    # before it had a package of its own). A move from anywhere else is a hop sideways, off the main line.
+    sequencer = "builder.pipeline." if (checkout / "builder" / "pipeline").is_dir() else "builder.engine.build."
+    sideways = sum(not caller.startswith(sequencer) for _, caller, _, _ in edges)
+    print(f"{len(edges)} moves between packages, {up} of them up, {sideways} not from the sequencer "
+          f"({sequencer.rstrip('.')}), {len(moves)} pairs of packages ({checkout})")
 
 
 if __name__ == "__main__":
