@@ -104,6 +104,7 @@ def build_cmd(
                           ca_bundle=ca_bundle, jobs=jobs, base_mirror=base_mirror, bootstrap_base=bootstrap_base,
                           registry=hits or None, record_digests=record_digests,
                           replace_digests=force)
+    project = Project.for_matrix(path)
     client = engine.connect()
     if parent is not None:
         if len(variants) != 1:
@@ -111,16 +112,15 @@ def build_cmd(
         typer.echo(f"{variants[0].name}: on {parent} ({b.adopt_parent(client, res, variants[0], parent)[:19]})")
     try:
         with reporter() as rep:
-            results = b.build_all(client, res, variants, Project.for_matrix(path), opts, rep)
+            results = b.build_all(client, res, variants, project, opts, rep)
     except KeyboardInterrupt as exc:
         typer.echo(f"imgbuild: interrupted: {cancelled(exc)} and their containers removed", err=True)
         raise typer.Exit(130) from None
     if record_digests:
-        for line in record_layouts(client, res, Project.for_matrix(path), results):
+        for line in record_layouts(client, res, project, results):
             typer.echo(line, err=True)
     build_view.summary(results)
     if json_file:
-
         json_file.parent.mkdir(parents=True, exist_ok=True)
         json_file.write_text(json.dumps(build_view.as_json(results), indent=2) + "\n")
     if any(r.status == "failed" for r in results):

@@ -123,6 +123,5 @@ def promote_cmd(
     for ref in done.refs:
         typer.echo(f"{'serves' if verify else 'promoted'} {ref}@{done.digest}")
     if json_file:
-
         json_file.write_text(json.dumps({"variant": done.variant, "digest": done.digest, "refs": list(done.refs),
                                          "repository": done.refs[0].rsplit(":", 1)[0]}, indent=2) + "\n")

@@ -36,7 +36,6 @@ def test_cmd(
 
 
 def run_tests(refs: list[str], gpus: str, require_gpu: bool, junit: Path | None, json_file: Path | None) -> None:
-
     from ..checks import smoke
     from ..engine import client as engine
     from ..engine import prune

@@ -44,7 +44,7 @@ _BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
-class Written:
+class Assembled:
     """An image imgbuild wrote and the engine loaded."""
 
     image_id: str
@@ -144,7 +144,7 @@ def base_on(client: docker.DockerClient, image_id: str) -> Base:
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
-             written: Sequence[Pending] = (), version: str = VERSION) -> Written:
+             written: Sequence[Pending] = (), version: str = VERSION) -> Assembled:
     """The built image with every layer above the bottom `keep` (the base's) written canonically, then the
     layers imgbuild wrote itself (`written`, engine/direct), and its config; loaded, and its ID returned.
 
@@ -168,9 +168,9 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
                   if not h.get("empty_layer"))
-    return Written(loaded or config_digest,
-                      Digests(version, config_digest, tuple(assembly.diff_ids),
-                              steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped))
+    return Assembled(loaded or config_digest,
+                     Digests(version, config_digest, tuple(assembly.diff_ids),
+                             steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped))
 
 
 def _with_steps(history: list[dict[str, object]], steps: list[str]) -> list[dict[str, object]]:

@@ -405,7 +405,7 @@ def _filled(exc: OSError) -> str:
 
 
 def _write_direct(client: engine.Client, res: Resolution, v: Variant, project: Project, built: str,
-                  build_inputs: BuildInputs, rep: Reporter) -> canonical.Written:
+                  build_inputs: BuildInputs, rep: Reporter) -> canonical.Assembled:
     """The image from the engine's skeleton and the layers imgbuild writes (engine/direct), loaded while the
     later layers are still being written."""
     layers = wheel_layers(v, project)
