@@ -28,13 +28,14 @@ CudaOpt = Annotated[str | None, typer.Option("--cuda", help="CUDA line, e.g. 12.
 TorchOpt = Annotated[str | None, typer.Option("--pytorch", help="2.7 (its newest release) or 2.7.0 (exact)")]
 OsOpt = Annotated[str | None, typer.Option("--os", help="e.g. ubuntu24.04")]
 FlavorOpt = Annotated[str | None, typer.Option("--flavor", help="runtime, devel or jupyter")]
-VariantOpt = Annotated[str | None, typer.Option("--variant", help="an image by name, tag or alias")]
+VariantOpt = Annotated[list[str] | None, typer.Option(
+    "--variant", help="an image by name, tag or alias; repeat it for several")]
 AllOpt = Annotated[bool, typer.Option("--all", help="every matching image, not only the defaults' one")]
 
 
 def filters_of(os: str | None, cuda: str | None, pytorch: str | None, flavor: str | None,
-               variant: str | None, all_: bool) -> Filters:
-    return Filters(os=os, cuda=cuda, pytorch=pytorch, flavor=flavor, variant=variant, all=all_)
+               variant: list[str] | None, all_: bool) -> Filters:
+    return Filters(os=os, cuda=cuda, pytorch=pytorch, flavor=flavor, variant=tuple(variant or ()), all=all_)
 
 
 def registry_option(option: str, value: str | None, shape: str = "HOST[:PORT][/NAMESPACE]") -> str | None:

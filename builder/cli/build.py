@@ -171,7 +171,7 @@ def verify_repro_cmd(
 
     path = m.matrix_path(matrix)
     res = m.load(path)
-    chosen = select(res, Filters(variant=variant))
+    chosen = select(res, Filters(variant=(variant,)))
     opts = b.BuildOptions(log_dir=log_dir.resolve(), force=True, no_cache=True,
                           ca_bundle=ca_bundle, bootstrap_base=True)
     client = engine.connect()

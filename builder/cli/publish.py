@@ -12,7 +12,7 @@ import typer
 from ..errors import CheckFailed, UserError
 from ..matrix import resolve as m
 from ..matrix.project import Project
-from ..matrix.select import select
+from ..matrix.select import Filters, select
 from ..pins import digests as expected
 from ..registry.skopeo import RegistryError
 from .app import AllOpt, CudaOpt, FlavorOpt, MatrixOpt, OsOpt, TorchOpt, VariantOpt, app, filters_of, registry_option
@@ -85,7 +85,7 @@ def lookup_cmd(
 
     path = m.matrix_path(matrix)
     res = m.load(path)
-    v = next(iter(select(res, filters_of(None, None, None, None, variant, False))))
+    v = next(iter(select(res, Filters(variant=(variant,)))))
     registry_option("--staging", staging)
     registry_option("--public", public)
     opts = b.BuildOptions(log_dir=Path("logs").resolve(), bootstrap_base=bootstrap_base)

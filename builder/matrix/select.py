@@ -20,7 +20,7 @@ class Filters:
     cuda: str | None = None
     pytorch: str | None = None
     flavor: str | None = None
-    variant: str | None = None
+    variant: tuple[str, ...] = ()  # names, tags or aliases: these images, whatever the axes say
     all: bool = False
 
 
@@ -45,9 +45,9 @@ def _axis_values(res: Resolution, axis: str, wanted: str | None, take_all: bool)
 
 def select_cells(res: Resolution, filters: Filters) -> list[Cell]:
     """The cells a selection names, ruled-out ones included (for --explain)."""
-    if filters.variant is not None:
-        variant = find_variant(res, filters.variant)
-        return [c for c in res.cells if c.image == variant.name]
+    if filters.variant:
+        names = {find_variant(res, word).name for word in filters.variant}
+        return [c for c in res.cells if c.image in names]
     chosen = {axis: set(_axis_values(res, axis, getattr(filters, axis), filters.all))
               for axis in ("os", "cuda", "pytorch", "flavor")}
     return [c for c in res.cells

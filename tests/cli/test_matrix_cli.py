@@ -82,6 +82,15 @@ def test_exclusive_output_flags() -> None:
     assert result.returncode == 2 and "exclusive" in result.stderr
 
 
+def test_variant_repeated_selects_each_image() -> None:
+    # `--variant A --variant B` is two images, not B alone (a plain option keeps only its last value)
+    result = imgbuild("matrix", "--variant", "2.7.1-cuda12.4-debian13-devel", "--variant", "pytorch-cuda:v2.7",
+                      "--json")
+    assert result.returncode == 0, result.stderr
+    assert [i["name"] for i in json.loads(result.stdout)] == ["2.7.1-cu126-debian12-jupyter",
+                                                             "2.7.1-cuda12.4-debian13-devel"]
+
+
 @pytest.mark.parametrize("args", [
     ["build", "--registry", "bad value!"],
     ["build", "--base-mirror", "bad value!"],

@@ -143,9 +143,15 @@ def test_aliases_name_the_recommended_jupyter_image(res: Resolution) -> None:
 
 
 def test_variant_found_by_name_tag_or_alias(res: Resolution) -> None:
-    by_alias = select(res, Filters(variant="pytorch-cuda:v2.7"))
-    by_tag = select(res, Filters(variant="2.7.1-cuda12.4-cudnn9-debian12-jupyter"))
+    by_alias = select(res, Filters(variant=("pytorch-cuda:v2.7",)))
+    by_tag = select(res, Filters(variant=("2.7.1-cuda12.4-cudnn9-debian12-jupyter",)))
     assert [v.name for v in by_alias] == [v.name for v in by_tag] == ["2.7.1-cu126-debian12-jupyter"]
+
+
+def test_several_variants_are_each_selected_in_matrix_order(res: Resolution) -> None:
+    # a user naming two images gets both (a repeated option must not keep only its last value)
+    chosen = select(res, Filters(variant=("2.7.1-cuda12.4-debian13-devel", "pytorch-cuda:v2.7")))
+    assert [v.name for v in chosen] == ["2.7.1-cu126-debian12-jupyter", "2.7.1-cuda12.4-debian13-devel"]
 
 
 def test_labels_record_what_the_image_holds(res: Resolution) -> None:
