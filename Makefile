@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 # machines), every command would otherwise compile ~500 modules, half a second, before doing anything.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro verify-digests golden bench bench-engines test-repeat screenshot pipeline clean
+.PHONY: setup run engine test-engine build push test unit quick lint render render-check lock verify-repro verify-digests golden bench bench-engines bench-push test-repeat screenshot pipeline clean
 
 setup: $(VENV)/.installed
 
@@ -70,6 +70,12 @@ bench: setup test-engine
 bench-engines: setup test-engine
 	$(BIN)/uv sync --frozen --extra dev --extra bench --quiet
 	$(BIN)/python bench/bench.py --engines
+
+## The first `imgbuild push` of the default image against `docker push` of it, each to an empty local registry, and a
+## second push of the same bytes (from the blob cache): bench/results/push.{md,json}. About 6 minutes at BENCH_RUNS=1.
+bench-push: setup test-engine
+	$(BIN)/uv sync --frozen --extra dev --extra bench --quiet
+	$(BIN)/python bench/push.py
 
 ## `imgbuild test` of the default image 20 times on a loaded machine (a busy loop per CPU, a disk writer):
 ## each check's PASS/FAIL/SKIP counts and slowest time, in bench/results/repeat/summary.md. About 30 minutes.
