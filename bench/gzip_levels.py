@@ -1,6 +1,6 @@
-"""The push's gzip writer (oci/layout.compress) at zlib level 6 (what a push writes today) and level 1, on
-the three largest files of the cached torch wheel (1.5 GB of a torch layer's bulk), with as many threads as
-`imgbuild push` uses here: seconds, throughput and compressed size, each level in the same invocation.
+"""The push's gzip writer (oci/layout.compress) at zlib level 6 (what a push wrote before) and level 1 (what it
+writes), on the three largest files of the cached torch wheel (1.5 GB of a torch layer's bulk), with as many
+threads as `imgbuild push` uses here: seconds, throughput and compressed size, each level in the same invocation.
 Needs the wheel cache of a default build (`make run`).
 
     python bench/gzip_levels.py
