@@ -12,6 +12,7 @@ import docker
 import pytest
 
 from builder.engine import client as engine
+from builder.engine import prune
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "matrix.yaml"
@@ -40,14 +41,23 @@ def blob_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["IMGBUILD_BLOB_CACHE"] = before
 
 
+def remove_made(client: docker.DockerClient, name: str) -> None:
+    """Tests remove what they create: every image a build of the image name `name` made, tagged or not (a
+    build keeps its skeleton untagged, as the build cache: 0.5 GB each), as `imgbuild prune --matrix` does,
+    and whatever else the engine tags with that name."""
+    prune.prune(client, bases=False, dry_run=False, name=name)
+    for image in client.images.list(name=name):
+        client.images.remove(str(image.id), force=True)
+
+
 @pytest.fixture(scope="module")
 def client(request: pytest.FixtureRequest) -> Iterator[docker.DockerClient]:
-    """The engine, for a module's tests; afterwards the images named by the module's NAME are removed: tests
-    remove what they create. (A module that needs more defines its own `client`.)"""
+    """The engine, for a module's tests; afterwards the images of the module's NAME are removed
+    (remove_made). (A module that needs more defines its own `client`.)"""
     client = engine.connect()
     yield client
-    for image in client.images.list(name=getattr(request.module, "NAME", None) or "\0"):
-        client.images.remove(str(image.id), force=True)
+    if name := getattr(request.module, "NAME", None):
+        remove_made(client, name)
     client.close()
 
 

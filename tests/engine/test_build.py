@@ -28,7 +28,7 @@ from builder.host.base import bootstrapped_ref
 from builder.host.base import plan as base_plan
 from builder.matrix.resolve import load
 
-from ..conftest import MATRIX, ROOT, imgbuild
+from ..conftest import MATRIX, ROOT, imgbuild, remove_made
 from ..helpers import eventually, image_holds, make_test_ca, project_copy, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
@@ -43,6 +43,9 @@ TAGS = ("pytorch-cuda:2.7.1-cuda12.4-cudnn9-debian12-runtime", "pytorch-cuda:2.7
 def client() -> Iterator[docker.DockerClient]:
     c = engine.connect()
     yield c
+    for name in ("imgbuild-test-fail", "imgbuild-test-pin", "imgbuild-test-int", "imgbuild-test-int2",
+                 "imgbuild-test-j2"):
+        remove_made(c, name)
     c.close()
 
 

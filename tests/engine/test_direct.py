@@ -18,7 +18,7 @@ import pytest
 from builder.engine import client as engine
 from builder.engine.bytecode import COMPILE_LABEL
 
-from ..conftest import imgbuild
+from ..conftest import imgbuild, remove_made
 from ..helpers import SMALL_VARIANT, small_project
 
 pytestmark = [pytest.mark.engine]
@@ -27,11 +27,8 @@ NAME = "imgbuild-test-direct"
 
 @pytest.fixture(autouse=True, scope="module")
 def _remove_built() -> Iterator[None]:
-    """Tests remove what they create: the images the builds here tagged."""
     yield
-    client = engine.connect()
-    for image in client.images.list(name=NAME):
-        client.images.remove(str(image.id), force=True)
+    remove_made(engine.connect(), NAME)
 
 
 def _record(name: str, data: bytes) -> str:

@@ -18,7 +18,7 @@ from builder.checks import records
 from builder.engine import client as engine
 from builder.registry import skopeo as registry_client
 
-from ..conftest import ROOT, imgbuild
+from ..conftest import ROOT, imgbuild, remove_made
 from ..helpers import SMALL_VARIANT, flaky_proxy, proxy_host, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
@@ -31,7 +31,8 @@ TAGS = ("2.7.1-cuda12.4-cudnn9-debian12-runtime", "2.7.1-cuda12.6-cudnn9-debian1
 def client() -> Iterator[docker.DockerClient]:
     c = engine.connect()
     yield c
-    for image in c.images.list():
+    remove_made(c, NAME)
+    for image in c.images.list():  # the same image pulled under a registry's name
         if any(NAME in tag for tag in image.tags):
             c.images.remove(str(image.id), force=True)
     c.close()
