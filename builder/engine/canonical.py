@@ -9,17 +9,21 @@ again in the one form `builder/oci/layer.py` decides (its docstring says the rul
 
 The config is rebuilt from the fields the OCI image spec defines (no `docker_version`, no
 `container_config`), with the new diffIDs. The save is read once: each layer is indexed (every file hashed)
-as it is spooled to disk. The `docker load` archive is then written as the engine reads it, each layer
-straight from its spool, so rewriting one layer overlaps the engine's storing of the one before and the
-image is not copied to disk a second time. The base's layers travel along only where the engine cannot take
-them by chain ID (the containerd image store).
+as it is spooled to disk. Each layer is then written straight from its spool as the engine reads it, so the
+image is not copied to disk a second time. A graph-driver store gets each layer in a `docker load` of its
+own, as soon as it is written (it unpacks a whole archive before it stores any layer of it), then the image
+by chain ID; the containerd store gets one archive, and the base's layers travel along in it, as it takes no
+layer by chain ID.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
 import re
+import secrets
 import tarfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 import docker
+import docker.errors
 
 from .. import scratch
 from ..oci import layer
@@ -41,6 +46,7 @@ from .images import engine_config, load
 VERSION = layer.VERSION
 
 _BLOCK = 1 << 20
+STAGING_LABEL = "io.imgbuild.staging"  # a staging image's run (_staged_load)
 
 
 @dataclass(frozen=True)
@@ -93,43 +99,79 @@ class _Assembly:
         self.config_bytes = b""
 
     def chunks(self) -> Iterator[bytes]:
+        """The whole archive: every layer's member, then the config and the manifest."""
+        for member in self._members():
+            yield from member
+        yield from self.tail()
+
+    def staged(self, labels: dict[str, str]) -> Iterator[Iterator[bytes]]:
+        """For a graph-driver store: one archive per layer above the bottom `keep`, each holding that layer's
+        bytes alone (the engine has those below by chain ID) under a staging config with `labels`. Loading
+        each as soon as it is written lets the engine store it while the next one is written; a graph-driver
+        `docker load` unpacks its whole archive before it stores the first layer. Then `tail` is the image."""
+        for i, member in enumerate(self._members()):
+            if i < self._keep:
+                for _ in member:  # nothing to send: only the view and the diffID
+                    pass
+                continue
+            yield itertools.chain(member, self._staging(i, labels))
+
+    def _staging(self, top: int, labels: dict[str, str]) -> Iterator[bytes]:
+        config = json.dumps({"architecture": self._config.get("architecture", "amd64"),
+                             "os": self._config.get("os", "linux"), "config": {"Labels": labels},
+                             "rootfs": {"type": "layers", "diff_ids": self.diff_ids[:top + 1]}},
+                            sort_keys=True, separators=(",", ":")).encode()
+        yield from _closing(config, [f"{i}/layer.tar" for i in range(top + 1)])
+
+    def tail(self) -> Iterator[bytes]:
+        """The config and the manifest, once every layer's member has been read: the whole archive's end, or
+        all a graph-driver store needs once every layer is staged."""
+        self.config_bytes = canonical_config(self._config, self.diff_ids, self._epoch)
+        yield from _closing(self.config_bytes, [f"{i}/layer.tar" for i in range(len(self._layers))])
+
+    def _members(self) -> Iterator[Iterator[bytes]]:
+        """Each layer's archive member, bottom first, to be read to its end before the next is taken (then its
+        diffID is in `diff_ids`); a layer the engine holds by chain ID has none, but on the containerd store."""
         view: dict[str, Key] = {}
-        names: list[str] = []
         for i, item in enumerate(self._layers):
-            name = f"{i}/layer.tar"
             if isinstance(item, Pending):  # waits until its worker has written it
                 written = item.result()
                 item = _Spooled(None, written.layer, "", written.spool)
-            spooled = item
-            if i < self._keep:
-                diff_id, changes = spooled.diff_id, spooled.layer.written
-                if self._carry:  # the base's bytes as they are, for a store that takes no layer by chain ID
-                    assert spooled.path is not None
-                    size = spooled.path.stat().st_size
-                    yield archive_member(name, size)
-                    with spooled.path.open("rb") as src:
-                        while block := src.read(_BLOCK):
-                            yield block
-                    yield b"\0" * (-size % tarfile.BLOCKSIZE)
-            else:
-                planned, changes = plan(spooled.layer, {} if spooled.written else view, self._epoch)
-                self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
-                yield archive_member(name, planned.size)
-                digest = hashlib.sha256()
-                with spooled.written or _open(spooled.path) as src:
-                    for chunk in layer.write(planned, src):
-                        digest.update(chunk)
-                        yield chunk
-                diff_id = "sha256:" + digest.hexdigest()
-            apply(view, changes)
-            self.diff_ids.append(diff_id)
-            names.append(name)
-        self.config_bytes = canonical_config(self._config, self.diff_ids, self._epoch)
-        config_name = hashlib.sha256(self.config_bytes).hexdigest() + ".json"
-        manifest = json.dumps([{"Config": config_name, "RepoTags": None, "Layers": names}]).encode()
-        for member, data in ((config_name, self.config_bytes), ("manifest.json", manifest)):
-            yield archive_member(member, len(data)) + data + b"\0" * (-len(data) % tarfile.BLOCKSIZE)
-        yield b"\0" * tarfile.RECORDSIZE
+            yield self._member(i, item, view)
+
+    def _member(self, i: int, spooled: _Spooled, view: dict[str, Key]) -> Iterator[bytes]:
+        name = f"{i}/layer.tar"
+        if i < self._keep:
+            diff_id, changes = spooled.diff_id, spooled.layer.written
+            if self._carry:  # the base's bytes as they are, for a store that takes no layer by chain ID
+                assert spooled.path is not None
+                size = spooled.path.stat().st_size
+                yield archive_member(name, size)
+                with spooled.path.open("rb") as src:
+                    while block := src.read(_BLOCK):
+                        yield block
+                yield b"\0" * (-size % tarfile.BLOCKSIZE)
+        else:
+            planned, changes = plan(spooled.layer, {} if spooled.written else view, self._epoch)
+            self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
+            yield archive_member(name, planned.size)
+            digest = hashlib.sha256()
+            with spooled.written or _open(spooled.path) as src:
+                for chunk in layer.write(planned, src):
+                    digest.update(chunk)
+                    yield chunk
+            diff_id = "sha256:" + digest.hexdigest()
+        apply(view, changes)
+        self.diff_ids.append(diff_id)
+
+
+def _closing(config: bytes, layers: list[str]) -> Iterator[bytes]:
+    """A `docker load` archive's config and manifest (naming `layers`), and its end."""
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": None, "Layers": layers}]).encode()
+    for member, data in ((config_name, config), ("manifest.json", manifest)):
+        yield archive_member(member, len(data)) + data + b"\0" * (-len(data) % tarfile.BLOCKSIZE)
+    yield b"\0" * tarfile.RECORDSIZE
 
 
 def _open(path: Path | None) -> IO[bytes]:
@@ -164,13 +206,31 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
             config = {**config, "history": _with_steps(list(config.get("history") or []),  # type: ignore[call-overload]
                                                        [w.created_by for w in written])}
         assembly = _Assembly(layers, keep, carry, config, epoch)
-        loaded = load(client, assembly.chunks())
+        loaded = load(client, assembly.chunks()) if carry else _staged_load(client, assembly, config)
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
                   if not h.get("empty_layer"))
     return Assembled(loaded or config_digest,
                      Digests(version, config_digest, tuple(assembly.diff_ids),
                              steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped))
+
+
+def _staged_load(client: docker.DockerClient, assembly: _Assembly, config: dict[str, object]) -> str | None:
+    """Each layer loaded as it is written (_Assembly.staged), then the image; the staging images are removed
+    once the image holds their layers. They carry the image's labels (`imgbuild prune` finds one a killed run
+    left) and this run's own label, so no other run's build can take one or remove it under this one."""
+    inner = config.get("config") or {}
+    labels = dict((inner.get("Labels") or {}) if isinstance(inner, dict) else {})
+    labels[STAGING_LABEL] = secrets.token_hex(8)
+    staging: list[str] = []
+    try:
+        for archive in assembly.staged(labels):
+            staging.append(load(client, archive) or "")
+        return load(client, assembly.tail())
+    finally:
+        for image_id in filter(None, staging):
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.remove_image(image_id)
 
 
 def _with_steps(history: list[dict[str, object]], steps: list[str]) -> list[dict[str, object]]:
