@@ -7,7 +7,8 @@ how many went up (into a package later in the checkout's own order, tests/test_l
 a generator resumed).
 Needs the engine and the bootstrapped Debian 12 base, like the tests.
 
-    python bench/walk.py [CHECKOUT]   (CHECKOUT: another checkout of imgbuild to trace, for a comparison)
+    python bench/walk.py [--moves] [CHECKOUT]   (CHECKOUT: another checkout of imgbuild to trace, for a
+                                                  comparison; --moves: also each move, caller -> callee)
 """
 
 from __future__ import annotations
@@ -36,7 +37,10 @@ def package(frame: FrameType | None) -> str | None:
 
 
 def main() -> None:
-    checkout = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else HERE
+    args = sys.argv[1:]
+    each = "--moves" in args
+    args = [a for a in args if a != "--moves"]
+    checkout = Path(args[0]).resolve() if args else HERE
     sys.path[:0] = [str(checkout), str(HERE)]
     from builder.cli import main as imgbuild  # the traced checkout's, first on the path
     from tests.helpers import small_project  # the tests' small variant, made by this checkout's helpers
@@ -80,6 +84,9 @@ def main() -> None:
             sys.setprofile(None)
         subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", "prune", "--matrix",
                         str(matrix)], cwd=checkout, capture_output=True, check=False, timeout=300)
+    if each:
+        for _, caller, _, callee in sorted(edges, key=lambda e: (e[1], e[3])):
+            print(f"  {caller.removeprefix('builder.')} -> {callee.removeprefix('builder.')}")
     moves = collections.Counter((a, b) for a, _, b, _ in edges)
     for (a, b), n in sorted(moves.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"{a:>10} -> {b:<10} {n}")
