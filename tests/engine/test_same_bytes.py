@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -16,12 +17,19 @@ import pytest
 from builder.engine import client as engine
 from builder.engine import saved
 
-from ..conftest import ROOT, imgbuild
+from ..conftest import ROOT, imgbuild, remove_made
 from ..engines import InnerEngine
 from ..helpers import SMALL_VARIANT, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 NAME = "imgbuild-test-same-bytes"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _remove_built() -> Iterator[None]:
+    """What the host engine's builds here made (the inner engines go with their test bed)."""
+    yield
+    remove_made(engine.connect(), NAME)
 EPOCH = 1735689600
 # The small variant's layers that imgbuild writes itself: they depend on the locked wheels, the image's Python
 # (its bytecode) and the context alone, so they are the same wherever the test runs.
