@@ -97,6 +97,7 @@ class _Assembly:
         self.diff_ids: list[str] = []
         self.clamped: list[str] = []  # entries above the base dated after the epoch, written at it
         self.config_bytes = b""
+        self.staging_config = b""  # the config of the staging archive last read to its end
 
     def chunks(self) -> Iterator[bytes]:
         """The whole archive: every layer's member, then the config and the manifest."""
@@ -117,11 +118,11 @@ class _Assembly:
             yield itertools.chain(member, self._staging(i, labels))
 
     def _staging(self, top: int, labels: dict[str, str]) -> Iterator[bytes]:
-        config = json.dumps({"architecture": self._config.get("architecture", "amd64"),
-                             "os": self._config.get("os", "linux"), "config": {"Labels": labels},
-                             "rootfs": {"type": "layers", "diff_ids": self.diff_ids[:top + 1]}},
-                            sort_keys=True, separators=(",", ":")).encode()
-        yield from _closing(config, [f"{i}/layer.tar" for i in range(top + 1)])
+        self.staging_config = json.dumps({"architecture": self._config.get("architecture", "amd64"),
+                                          "os": self._config.get("os", "linux"), "config": {"Labels": labels},
+                                          "rootfs": {"type": "layers", "diff_ids": self.diff_ids[:top + 1]}},
+                                         sort_keys=True, separators=(",", ":")).encode()
+        yield from _closing(self.staging_config, [f"{i}/layer.tar" for i in range(top + 1)])
 
     def tail(self) -> Iterator[bytes]:
         """The config and the manifest, once every layer's member has been read: the whole archive's end, or
@@ -225,10 +226,11 @@ def _staged_load(client: docker.DockerClient, assembly: _Assembly, config: dict[
     staging: list[str] = []
     try:
         for archive in assembly.staged(labels):
-            staging.append(load(client, archive) or "")
+            # a graph-driver store names an image by its config's digest where its answer names none
+            staging.append(load(client, archive) or "sha256:" + hashlib.sha256(assembly.staging_config).hexdigest())
         return load(client, assembly.tail())
     finally:
-        for image_id in filter(None, staging):
+        for image_id in staging:
             with contextlib.suppress(docker.errors.APIError):
                 client.api.remove_image(image_id)
 
