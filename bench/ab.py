@@ -23,7 +23,7 @@ import docker
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "bench"))
 
-from bench import VARIANT, say, settle  # noqa: E402  (bench/bench.py, beside this file)
+from bench import VARIANT, cold, say, settle  # noqa: E402  (bench/bench.py, beside this file)
 
 
 def remove(client: docker.DockerClient) -> None:
@@ -40,8 +40,7 @@ def remove(client: docker.DockerClient) -> None:
 def build(checkout: Path, logs: Path) -> float:
     remove(docker.from_env())
     settle()
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    cold()
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", "build", "--variant",
                            VARIANT, "--no-cache", "--force", "--log-dir", str(logs)], cwd=checkout,

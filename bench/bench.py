@@ -83,6 +83,13 @@ def settle() -> None:
         time.sleep(0.5)
 
 
+def cold() -> None:
+    """Written back and dropped: the next command reads what it needs from the disk, not from memory an
+    earlier one left."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
 def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
     settle()  # every timed command starts on an idle disk
     start = time.monotonic()

@@ -27,18 +27,12 @@ import docker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import IMGBUILD, RESULTS, VARIANT, say, timed  # noqa: E402  (bench/bench.py, beside this file)
+from bench import IMGBUILD, RESULTS, VARIANT, cold, say, timed  # noqa: E402  (bench/bench.py, beside this file)
 from builder.matrix.resolve import load  # noqa: E402
 from builder.oci import layout  # noqa: E402
 from tests.helpers import registry  # noqa: E402  (the tests' docker-registry: one start-up)
 
 RUNS = int(os.environ.get("BENCH_RUNS", "1"))
-
-
-def cold() -> None:
-    """Written back and dropped: the next push reads the image from the disk."""
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 def main() -> None:
