@@ -54,8 +54,7 @@ def dockerfile(v: Variant, project: Project, files: list[ContextFile], skeleton:
     template = ("Dockerfile.jupyter.j2" if v.flavor == "jupyter" else
                 "Dockerfile.toolkit.j2" if v.distro_toolkit else "Dockerfile.j2")
     labels = {**v.labels(), INPUTS_LABEL: _PLACEHOLDER}
-    toolkit = {"debs": deblock.read(project, v), "packages": deblock.packages(v), "host_driver": deblock.HOST_DRIVER,
-               "host_driver_control": deblock.HOST_DRIVER_CONTROL} if v.distro_toolkit else {}
+    toolkit = _toolkit(v, project) if v.distro_toolkit else {}
 
     def draft(bare: bool) -> str:
         return _environment(project).get_template(template).render(
@@ -66,6 +65,18 @@ def dockerfile(v: Variant, project: Project, files: list[ContextFile], skeleton:
     digest = files_digest([*files, ContextFile("Dockerfile", whole.encode(), REGULAR)])
     text = draft(True) if skeleton else whole
     return ContextFile("Dockerfile", text.replace(_PLACEHOLDER, "sha256:" + digest).encode(), REGULAR)
+
+
+def _toolkit(v: Variant, project: Project) -> dict[str, object]:
+    return {"debs": deblock.read(project, v), "packages": deblock.packages(v), "host_driver": deblock.HOST_DRIVER,
+            "host_driver_control": deblock.HOST_DRIVER_CONTROL}
+
+
+def toolkit_step(v: Variant, project: Project) -> str:
+    """The shell script of a devel image's toolkit step, the one text the Dockerfile's RUN holds: bash runs it
+    as the RUN does (`bash -o pipefail -c`, a backslash and a newline continue a line)."""
+    return _environment(project).get_template("_toolkit_step.j2").render(v=v, wheel_url=WHEEL_URL,
+                                                                          **_toolkit(v, project))
 
 
 def committed(v: Variant, project: Project) -> list[ContextFile]:

@@ -26,7 +26,7 @@ import re
 import secrets
 import tarfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -42,6 +42,7 @@ from . import saved
 from .client import containerd_store
 from .direct import FILES_STEP, Pending
 from .images import engine_config, load
+from .step import STEP_PREFIX
 
 VERSION = layer.VERSION
 
@@ -63,8 +64,9 @@ class _Spooled:
     path: Path | None  # the layer tar as the save gave it; None: not read, or one imgbuild wrote
     layer: Indexed
     diff_id: str  # the sha256 the save's read gave it ("" for one imgbuild wrote)
-    written: IO[bytes] | None = None  # the plain tar of a layer imgbuild wrote (engine/direct): planned
-    # against nothing below, and closed once it is written out
+    written: IO[bytes] | None = None  # the plain tar of a layer imgbuild wrote (engine/direct, engine/step):
+    # planned against `below`, not the layers below, and closed once it is written out
+    below: dict[str, Key] = field(default_factory=dict)
 
 
 def _layers(client: docker.DockerClient, image_id: str, into: Path,
@@ -137,7 +139,7 @@ class _Assembly:
         for i, item in enumerate(self._layers):
             if isinstance(item, Pending):  # waits until its worker has written it
                 written = item.result()
-                item = _Spooled(None, written.layer, "", written.spool)
+                item = _Spooled(None, written.layer, "", written.spool, written.below)
             yield self._member(i, item, view)
 
     def _member(self, i: int, spooled: _Spooled, view: dict[str, Key]) -> Iterator[bytes]:
@@ -153,7 +155,7 @@ class _Assembly:
                         yield block
                 yield b"\0" * (-size % tarfile.BLOCKSIZE)
         else:
-            planned, changes = plan(spooled.layer, {} if spooled.written else view, self._epoch)
+            planned, changes = plan(spooled.layer, spooled.below if spooled.written else view, self._epoch)
             self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
             yield archive_member(name, planned.size)
             digest = hashlib.sha256()
@@ -249,6 +251,8 @@ def _step(created_by: str) -> str:
         return f"wheel layer {wheel[1]}"
     if created_by == FILES_STEP:
         return "COPY rootfs/ /"
+    if created_by.startswith(STEP_PREFIX):
+        return created_by.removeprefix("imgbuild: ")[:100]
     if "#(nop) " in created_by:
         return created_by.split("#(nop) ", 1)[1].strip()[:100]
     return "RUN " + created_by.split(" -c ", 1)[-1].strip()[:96]

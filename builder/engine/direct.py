@@ -18,7 +18,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -29,7 +29,7 @@ from ..dockerfile.context import ROOTFS, ContextFile
 from ..errors import UserError
 from ..matrix.variant import Variant
 from ..oci import layer, tree, wheel
-from ..oci.layer import Indexed
+from ..oci.layer import Indexed, Key
 from ..pins import lockfile, wheels
 from ..pins.layers import WheelLayer
 from ..pins.wheelfiles import Target
@@ -53,6 +53,9 @@ class Written:
     spool: IO[bytes]
     layer: Indexed
     created_by: str
+    # what the paths of the layer are below it, where it is planned against that (engine/step); a layer
+    # written from its own inputs is planned against nothing below
+    below: dict[str, Key] = field(default_factory=dict)
 
 
 def _cgroup_room() -> int | None:
@@ -214,7 +217,7 @@ def writing(client: docker.DockerClient, skeleton: str, v: Variant, layers: list
     try:
         pending = []
         for i, wl in enumerate(layers):
-            pip = v.flavor != "jupyter" and i == len(layers) - 1  # the runtime's last layer brings pip
+            pip = not v.parent and i == len(layers) - 1  # the last layer of an image on an OS base brings pip
             future = pool.submit(wheel_layer, client, skeleton, v.python, wl, target, pip, into, epoch)
             pending.append(Pending(wheel_step(wl), future.result))
         if any(f.path.startswith(ROOTFS + "/") for f in files):

@@ -9,6 +9,7 @@ import docker
 import docker.errors
 
 from .bytecode import COMPILE_LABEL, owner
+from .step import STEP_LABEL
 
 # `imgbuild test`'s containers (checks/smoke), labelled with their run ("host:pid"): Ctrl-C removes this run's,
 # not another's on the same host; the next run or `imgbuild prune` those of a run that was killed.
@@ -66,12 +67,13 @@ def _ended(run: str) -> bool:
 
 
 # The containers a run starts and removes itself, labelled with the run ("host:pid"), by what they are for.
-RUN_LABELS = {COMPILE_LABEL: "a compile container", TEST_LABEL: "a test container"}
+RUN_LABELS = {COMPILE_LABEL: "a compile container", STEP_LABEL: "a build step's container",
+              TEST_LABEL: "a test container"}
 
 
 def leftover_containers(client: docker.DockerClient, dry_run: bool = False) -> list[str]:
     """Remove the containers of runs that ended without removing them (a kill -9, an OOM kill): bytecode
-    compiles (engine/bytecode) and `imgbuild test`'s; each as "SHORT_ID (what it was)"."""
+    compiles (engine/bytecode), build steps (engine/step) and `imgbuild test`'s; each as "SHORT_ID (what it was)"."""
     gone = []
     for label, what in RUN_LABELS.items():
         for c in client.containers.list(all=True, filters={"label": label}):

@@ -11,7 +11,7 @@ import docker
 from ..oci.archive import Saved, read_archive
 
 
-class _ChunkReader(io.RawIOBase):
+class ChunkReader(io.RawIOBase):
     """A file object over docker-py's chunk iterator, for streaming tarfile reads."""
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
@@ -32,7 +32,7 @@ class _ChunkReader(io.RawIOBase):
 
 
 def saved_stream(client: docker.DockerClient, image_id: str) -> io.BufferedReader:
-    return io.BufferedReader(_ChunkReader(client.images.get(image_id).save(chunk_size=1 << 20)), 1 << 20)
+    return io.BufferedReader(ChunkReader(client.images.get(image_id).save(chunk_size=1 << 20)), 1 << 20)
 
 
 def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = False,

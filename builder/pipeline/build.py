@@ -4,7 +4,6 @@ tagged with all its tags only once it succeeded."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tempfile
 import time
@@ -17,7 +16,7 @@ from .. import patterns, scratch, space
 from ..dockerfile import render
 from ..dockerfile.context import HASH_LABEL, BuildInputs, ContextFile, context_tar, files_digest, hash_ref, shipped
 from ..dockerfile.render import verified_context
-from ..engine import bases, bytecode, canonical, direct, images, prune
+from ..engine import bases, bytecode, canonical, direct, images, prune, step
 from ..engine import client as engine
 from ..engine.build import Builder, BuildFailed, ClassicBuilder, Interrupted
 from ..errors import UserError
@@ -126,22 +125,16 @@ def inputs(client: engine.Client, res: Resolution, v: Variant, project: Project,
         base = base_ref, canonical.base_on(client, base_id)
     base_ref, found = base
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
-    if writes_layers(v):  # the skeleton the engine builds is an input too
-        shaping = f"{direct.VERSION} skeleton {files_digest(list(skeleton(v, project)))}"
-    else:
-        shaping = canonical.VERSION
+    # the skeleton the engine builds is an input too, and how a step's layer is read
+    shaping = f"{direct.VERSION} skeleton {files_digest(list(skeleton(v, project)))}"
+    if v.distro_toolkit:
+        shaping += f" {step.VERSION}"
     return BuildInputs(tuple(rendered), found.identity, ((arg, base_ref),), shaping, found.layers)
 
 
-def writes_layers(v: Variant) -> bool:
-    """Whether imgbuild writes `v`'s wheel and rootfs/ layers itself (engine/direct): every image but a devel
-    one on the archive's toolkit, whose steps need a running OS (its layers are written again canonically
-    from the engine's build instead, engine/canonical)."""
-    return not v.distro_toolkit
-
-
 def skeleton(v: Variant, project: Project) -> tuple[ContextFile, ...]:
-    """The context the engine builds when imgbuild writes the layers: the skeleton Dockerfile alone."""
+    """The context the engine builds, imgbuild writing the layers (engine/direct) and running a devel image's
+    toolkit step (engine/step): the skeleton Dockerfile alone."""
     return (render.dockerfile(v, project, shipped(v, project), skeleton=True),)
 
 
@@ -182,18 +175,14 @@ def tag_all(client: engine.Client, image_id: str, v: Variant) -> None:
 
 def prepare_wheels(client: engine.Client, res: Resolution, v: Variant, project: Project,
                    opts: BuildOptions, rep: Reporter) -> wheels.Fetched:
-    """Everything the build's RUN steps fetch from the host: the lock's wheels for this image's Python and
-    platform (downloaded only when not cached), each layer's requirements, and uv."""
+    """Everything the build takes from the host: the lock's wheels for this image's Python and platform, and
+    a devel image's toolkit .debs (each downloaded only when not cached)."""
     engine.local_build_host(client)  # before the first byte is downloaded
     path = project.lock_path(v)
     target = target_of(res, v)
     rep.begin(v.name, "checking the wheel cache")
     fetched = wheels.ensure(lockfile.parse(path.read_text(), str(path)), target, str(path), opts.ca_bundle,
                             lambda text: rep.say(v.name, text))
-    if not writes_layers(v):  # the Dockerfile's wheel steps fetch these from the wheel server
-        for layer in wheel_layers(v, project):
-            wheels.write_requirements(layer.text)
-        wheels.installer(res.facts.installer, opts.ca_bundle)
     debs = deblock.read(project, v) if v.distro_toolkit else None
     if debs is not None:
         got = host_debs.ensure(debs, str(deblock.path(project, v)), opts.ca_bundle, lambda text: rep.say(v.name, text))
@@ -308,51 +297,23 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
     fetched = prepare_wheels(client, res, v, project, opts, rep)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = opts.log_dir / f"{v.name}.log"
-    direct_layers = writes_layers(v)
     space.check(needs(client, res, v, project, build_inputs.files, build_inputs.base_ref))
-    tar = context_tar(skeleton(v, project) if direct_layers else build_inputs.files, v.source_date_epoch)
-    # Only the archive toolkit's steps fetch from the host (.debs); an image whose layers imgbuild writes
-    # fetches nothing during the build, so nothing on the port can reach it.
-    with contextlib.nullcontext() if direct_layers else wheel_server.serving():
-        try:
-            built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
-                                                            {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
-        except BuildFailed as exc:
-            if any("Connection refused" in line for line in exc.tail) and WHEEL_URL in exc.step:
-                raise BuildFailed(exc.step, exc.tail, exc.log, f"{exc.reason}: the step could not reach the wheel "
-                                  f"cache at {WHEEL_URL}; the engine must run on this host, with its "
-                                  f"network (not a remote DOCKER_HOST, Docker Desktop's VM or rootless "
-                                  f"Docker)") from None
-            # sha256sum's words for a file of the build container whose digest did not match
-            if any(line.endswith(("/uv: FAILED", "/requirements.txt: FAILED")) for line in exc.tail):
-                raise BuildFailed(exc.step, exc.tail, exc.log, f"{exc.reason}: {WHEEL_URL} served other bytes than "
-                                  f"the digests the Dockerfile names, so the step stopped before running them "
-                                  f"(the port is held by {wheel_server.holder()})") from None
+    tar = context_tar(skeleton(v, project), v.source_date_epoch)
+    built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
+                                                    {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
+    space.check(needs(client, res, v, project, build_inputs.files, built))  # now with the skeleton's size
+    try:
+        result = _write_direct(client, res, v, project, built, build_inputs, log_path, rep)
+    except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
+        raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
+    except OSError as exc:
+        if not space.full(exc):
             raise
-    if direct_layers:
-        space.check(needs(client, res, v, project, build_inputs.files, built))  # now with the skeleton's size
-        try:
-            result = _write_direct(client, res, v, project, built, build_inputs, rep)
-        except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
-            raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
-        except OSError as exc:
-            if not space.full(exc):
-                raise
-            raise BuildFailed("writing the layers", [], log_path, _filled(exc)) from None
-        if problem := bytecode.pip_check(client, result.image_id, direct.VENV):
-            client.api.remove_image(result.image_id)
-            raise BuildFailed("pip check in the image", problem.splitlines()[-15:], log_path,
-                              "the image's installed distributions do not meet their requirements")
-    else:  # a devel image on the archive's toolkit: its layers as the engine built them, written again
-        rep.begin(v.name, "writing the layers above the base canonically")
-        try:
-            result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch)
-        except LayerError as exc:  # nothing was loaded: the built image stays untagged, as the build cache
-            raise BuildFailed("writing the layers canonically", [], log_path, str(exc)) from None
-        except OSError as exc:
-            if not space.full(exc):
-                raise
-            raise BuildFailed("writing the layers canonically", [], log_path, _filled(exc)) from None
+        raise BuildFailed("writing the layers", [], log_path, _filled(exc)) from None
+    if problem := bytecode.pip_check(client, result.image_id, direct.VENV):
+        client.api.remove_image(result.image_id)
+        raise BuildFailed("pip check in the image", problem.splitlines()[-15:], log_path,
+                          "the image's installed distributions do not meet their requirements")
     image_id = result.image_id
     checked, problem = check_digests(project, v, result.digests, build_inputs.base_layers, opts, rep)
     if problem:
@@ -376,24 +337,22 @@ UNPACKED_DEBS = 3
 def needs(client: engine.Client, res: Resolution, v: Variant, project: Project,
           files: tuple[ContextFile, ...], below: str) -> list[space.Need]:
     """The disk space the build of `v` takes, known before its first step: in the temporary directory, the
-    layers engine/direct writes past the memory budget and the image `below` them (the base before the
-    build, the skeleton after it), which canonical.assemble may read back whole with `docker save`; for a
-    devel image, its runtime image and its toolkit. In the engine's data root, the new layers twice:
-    `docker load` holds its archive, then the layers stored (a layer the engine has is counted all the same)."""
+    layers engine/direct writes past the memory budget, a devel image's toolkit step (engine/step, spooled
+    whole), and the image `below` them (the base before the build, the skeleton after it), which
+    canonical.assemble may read back whole with `docker save`. In the engine's data root, the new layers
+    twice: `docker load` holds its archive, then the layers stored (a layer the engine has is counted all the
+    same); a toolkit step once more, in its container."""
     image = engine.image_or_none(client, below)
     read_back = int((image.attrs.get("Size") if image is not None else 0) or 0)
-    if writes_layers(v):
-        sizes = direct.planned_sizes(wheel_layers(v, project), target_of(res, v), files)
-        layers, temp = sum(sizes), direct.spilled(sizes) + read_back
-    else:
-        debs = deblock.read(project, v) if v.distro_toolkit else None
-        layers = UNPACKED_DEBS * (debs.size if debs is not None else 0)
-        temp = layers + read_back
+    sizes = direct.planned_sizes(wheel_layers(v, project), target_of(res, v), files)
+    debs = deblock.read(project, v) if v.distro_toolkit else None
+    toolkit = UNPACKED_DEBS * (debs.size if debs is not None else 0)
+    layers, temp = sum(sizes) + toolkit, direct.spilled(sizes) + toolkit + read_back
     found = [space.Need("the layers written to the temporary directory", Path(tempfile.gettempdir()), temp,
                         "set TMPDIR to a larger filesystem")]
     root = Path(str(client.info().get("DockerRootDir") or "/nonexistent"))
     if root.is_dir():  # the engine's own disk, where it is on this host
-        found.append(space.Need("the image as the engine loads it (its layers twice)", root, 2 * layers,
+        found.append(space.Need("the image as the engine loads it (its layers twice)", root, 2 * layers + toolkit,
                                 "remove images the engine no longer needs (`docker image prune`)"))
     return found
 
@@ -405,17 +364,46 @@ def _filled(exc: OSError) -> str:
 
 
 def _write_direct(client: engine.Client, res: Resolution, v: Variant, project: Project, built: str,
-                  build_inputs: BuildInputs, rep: Reporter) -> canonical.Assembled:
+                  build_inputs: BuildInputs, log_path: Path, rep: Reporter) -> canonical.Assembled:
     """The image from the engine's skeleton and the layers imgbuild writes (engine/direct), loaded while the
-    later layers are still being written."""
+    later layers are still being written; a devel image's toolkit step (engine/step) first."""
     layers = wheel_layers(v, project)
     for container in prune.leftover_containers(client):
         rep.say(v.name, f"removed container {container}")
-    rep.begin(v.name, f"writing {len(layers)} wheel layers and the rootfs/ layer, loading them as they are done")
     with direct.temporary() as tmp, direct.writing(client, built, v, layers, target_of(res, v), build_inputs.files,
                                                    Path(tmp), v.source_date_epoch) as pending:
+        if v.distro_toolkit:
+            rep.begin(v.name, "running the toolkit step in a container of the runtime image")
+            toolkit = _toolkit_step(client, v, project, build_inputs.base_ref, Path(tmp), log_path, rep)
+            pending = [direct.Pending(toolkit.created_by, lambda: toolkit), *pending]
+        rep.begin(v.name, f"writing {len(layers)} wheel layers and the rootfs/ layer, loading them as they are done")
         return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
-                                  direct.VERSION)
+                                  direct.VERSION + (f", {step.VERSION}" if v.distro_toolkit else ""))
+
+
+def _toolkit_step(client: engine.Client, v: Variant, project: Project, below: str, into: Path, log_path: Path,
+                  rep: Reporter) -> direct.Written:
+    """The toolkit step's layer; it fetches its .debs from the host's cache, served while it runs."""
+    debs = deblock.read(project, v)
+    created_by = f"{step.STEP_PREFIX}toolkit: apt-get install of the {len(debs.debs) if debs else 0} .debs of " \
+                 f"{deblock.path(project, v).name}"
+    # the Dockerfile's ARGs, which its RUN sees as variables
+    environment = {"DEBIAN_FRONTEND": "noninteractive", "SOURCE_DATE_EPOCH": str(v.source_date_epoch)}
+    with wheel_server.serving():
+        try:
+            return step.run(client, below, render.toolkit_step(v, project), environment, created_by, into,
+                            log_path, v.source_date_epoch, lambda text: rep.begin(v.name, text))
+        except BuildFailed as exc:
+            if any("Connection refused" in line for line in exc.tail):
+                raise BuildFailed(exc.step, exc.tail, exc.log, f"{exc.reason}: the step could not reach the .deb "
+                                  f"cache at {WHEEL_URL}; the engine must run on this host, with its network (not "
+                                  f"a remote DOCKER_HOST, Docker Desktop's VM or rootless Docker)") from None
+            # sha256sum's words for a file of the container whose digest did not match
+            if any(line.endswith(".deb: FAILED") for line in exc.tail):
+                raise BuildFailed(exc.step, exc.tail, exc.log, f"{exc.reason}: {WHEEL_URL} served other bytes than "
+                                  f"the digests the Dockerfile names, so the step stopped before installing them "
+                                  f"(the port is held by {wheel_server.holder()})") from None
+            raise
 
 
 def check_digests(project: Project, v: Variant, got: expected.Digests, below: int, opts: BuildOptions,
@@ -475,7 +463,7 @@ def build_all(client: engine.Client, res: Resolution, variants: list[Variant], p
             return _engine_lost(v, start, rep.current(v.name), rep)
 
     for wave in order(res, variants):
-        done = [one(v) for v in wave] if opts.jobs <= 1 else _parallel(one, wave, opts.jobs, builder)
+        done = [one(v) for v in wave] if opts.jobs <= 1 else _parallel(one, wave, opts.jobs, builder, client)
         results += done
         failed |= {r.variant for r in done if r.status == "failed"}
     return results
@@ -490,15 +478,16 @@ def _engine_lost(v: Variant, start: float, doing: str, rep: Reporter) -> BuildRe
 
 
 def _parallel(one: Callable[[Variant], BuildResult], wave: list[Variant], jobs: int,
-              builder: Builder) -> list[BuildResult]:
+              builder: Builder, client: engine.Client) -> list[BuildResult]:
     """`one` over the wave, `jobs` at a time. Ctrl-C reaches only this (the main) thread: it cancels the
-    builds in flight through the builder, drops the ones not started, and waits for the threads' cleanup."""
+    builds in flight through the builder and the toolkit steps (engine/step), drops the ones not started, and
+    waits for the threads' cleanup."""
     pool = ThreadPoolExecutor(max_workers=jobs)
     futures = [pool.submit(one, v) for v in wave]
     try:
         return [f.result() for f in futures]
     except KeyboardInterrupt:
-        cancelled = builder.cancel()
+        cancelled = builder.cancel() + step.cancel(client)
         pool.shutdown(wait=True, cancel_futures=True)
         raise Interrupted(cancelled) from None
     finally:
