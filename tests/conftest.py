@@ -13,6 +13,7 @@ import pytest
 
 from builder.engine import client as engine
 from builder.engine import prune
+from builder.host.base import bootstrapped_ref
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "matrix.yaml"
@@ -103,6 +104,17 @@ def imgbuild(*args: str, cwd: Path = ROOT, timeout: int = 120, env: dict[str, st
     return subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", *args],
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
                           env={**os.environ, **(env or {})}, input=stdin)
+
+
+def debian12_base(client: docker.DockerClient, env: dict[str, str] | None = None) -> str:
+    """The bootstrapped Debian 12 base on `client`'s engine (`env` names it to the CLI: DOCKER_HOST), made only
+    where it is missing: `imgbuild base bootstrap` makes it anew every time (about 30 s here), and only
+    tests/engine/test_engines and tests/pipeline/test_verify are about that."""
+    ref = bootstrapped_ref("debian12")
+    if engine.image_or_none(client, ref) is None:
+        result = imgbuild("base", "bootstrap", "debian12", env=env, timeout=900)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-2000:]
+    return ref
 
 
 DEFAULT_IMAGE = "pytorch-cuda:2.7.1-cuda12.6-cudnn9-debian12-runtime"

@@ -18,7 +18,7 @@ import pytest
 from builder.engine import client as engine
 from builder.engine.bytecode import COMPILE_LABEL
 
-from ..conftest import imgbuild, remove_made
+from ..conftest import debian12_base, imgbuild, remove_made
 from ..helpers import SMALL_VARIANT, small_project
 
 pytestmark = [pytest.mark.engine]
@@ -66,8 +66,7 @@ def test_a_file_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) 
     assert imgbuild("render", "--matrix", str(matrix), "--variant", SMALL_VARIANT).returncode == 0
     temporaries = set(Path(tempfile.gettempdir()).glob("imgbuild-*"))
     before = {str(i.id) for i in client.images.list(name=NAME)}
-    result = imgbuild("base", "bootstrap", "debian12", timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
+    debian12_base(client)
     result = imgbuild("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
                       "--json", str(tmp_path / "r.json"), timeout=1200, env={"XDG_CACHE_HOME": str(cache)})
     said = " ".join((result.stdout + result.stderr).split())
@@ -87,7 +86,7 @@ def test_a_cached_wheel_cut_short_is_found_before_the_build_and_downloaded_again
     cache = tmp_path / "cache"
     build = ("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), "--force")
     env = {"XDG_CACHE_HOME": str(cache)}
-    assert imgbuild("base", "bootstrap", "debian12", timeout=600).returncode == 0
+    debian12_base(engine.connect())
     result = imgbuild(*build, "--json", str(tmp_path / "first.json"), timeout=1200, env=env)  # fills the cache
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     [six] = (cache / "imgbuild" / "wheels" / "files").glob("six-*.whl")
@@ -112,7 +111,7 @@ def test_a_build_that_cannot_fit_its_temporary_directory_is_refused_before_its_f
     client = engine.connect()
     matrix = small_project(tmp_path / "project", NAME)
     disk = small_disk(2_000_000)
-    assert imgbuild("base", "bootstrap", "debian12", timeout=600).returncode == 0
+    debian12_base(client)
     before = {str(i.id) for i in client.images.list(name=NAME)}
     result = imgbuild("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), "--force",
                       timeout=600, env={"TMPDIR": str(disk), "IMGBUILD_SPOOL_MEMORY": "0"})

@@ -16,7 +16,7 @@ import pytest
 from builder.engine import saved
 from builder.pipeline.verify import compare
 
-from ..conftest import ROOT, imgbuild
+from ..conftest import ROOT, debian12_base, imgbuild
 from ..engines import STORES, InnerEngine
 from ..helpers import SMALL_VARIANT, registry, small_project
 
@@ -137,7 +137,7 @@ def test_an_engine_restart_mid_build_is_one_line_and_the_same_command_then_succe
     host = docker.from_env()
     name = f"{NAME}-restart"  # images of their own: the rerun must really build
     matrix = small_project(tmp_path / "project", name)
-    assert on(inner, "base", "bootstrap", "debian12")[0] == 0
+    debian12_base(inner.client(), {"DOCKER_HOST": inner.host})
     build = ("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"))
     proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *build], cwd=ROOT,
                             env={**os.environ, "DOCKER_HOST": inner.host}, stdout=subprocess.PIPE,

@@ -18,7 +18,7 @@ import pytest
 
 from builder.engine.bytecode import COMPILE_LABEL
 
-from ..conftest import ROOT, imgbuild
+from ..conftest import ROOT, debian12_base, imgbuild
 from ..helpers import small_project
 
 pytestmark = [pytest.mark.engine]
@@ -56,7 +56,7 @@ def test_a_build_killed_at_any_moment_leaves_nothing_in_the_way_and_runs_again(c
     tmp.mkdir()
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "TMPDIR": str(tmp), "IMGBUILD_SPOOL_MEMORY": "0"}
     build = ("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"))
-    assert imgbuild("base", "bootstrap", "debian12", timeout=600).returncode == 0
+    debian12_base(client)
     containers = _containers(client)
     for line, after_s in MOMENTS:
         said = _killed_at(line, after_s, build, env)

@@ -16,10 +16,9 @@ import pytest
 from builder.engine import client as engine
 from builder.engine import step
 from builder.engine.build import BuildFailed
-from builder.host.base import bootstrapped_ref
 from builder.oci.layer import plan, write
 
-from ..conftest import imgbuild
+from ..conftest import debian12_base
 from ..engines import InnerEngine
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
@@ -43,8 +42,8 @@ LICENSES = ["Apache-2.0", "Artistic", "BSD", "CC0-1.0", "GFDL", "GFDL-1.2", "GFD
             "GPL-3", "LGPL", "LGPL-2", "LGPL-2.1", "LGPL-3", "MPL-1.1", "MPL-2.0"]
 
 
-def _layer(client: docker.DockerClient, into: Path) -> tuple[str, list[str]]:
-    written = step.run(client, bootstrapped_ref("debian12"), SCRIPT, {"SOURCE_DATE_EPOCH": str(EPOCH)}, "a test step",
+def _layer(client: docker.DockerClient, base: str, into: Path) -> tuple[str, list[str]]:
+    written = step.run(client, base, SCRIPT, {"SOURCE_DATE_EPOCH": str(EPOCH)}, "a test step",
                        into, into / "step.log", EPOCH, lambda _: None)
     planned, _ = plan(written.layer, written.below, EPOCH)
     with written.spool as spool:
@@ -63,10 +62,9 @@ def test_a_step_gives_the_same_layer_on_every_engine(tmp_path: Path, inner_engin
     for label, env, client in [("20.10 overlay2", {}, engine.connect()),
                                *[(f"28.5 {store}", {"DOCKER_HOST": inner.host}, inner.client())
                                  for store, inner in sorted(inner_engines.items())]]:
-        result = imgbuild("base", "bootstrap", "debian12", env=env, timeout=900)
-        assert result.returncode == 0, (label, (result.stdout + result.stderr)[-2000:])
+        base = debian12_base(client, env)
         (tmp_path / label).mkdir()
-        found[label] = _layer(client, tmp_path / label)
+        found[label] = _layer(client, base, tmp_path / label)
         _no_step_container(client)
     names = found["20.10 overlay2"][1]
     assert names == [
@@ -79,10 +77,8 @@ def test_a_step_gives_the_same_layer_on_every_engine(tmp_path: Path, inner_engin
 
 def test_a_failing_step_fails_with_its_output_and_leaves_no_container(tmp_path: Path) -> None:
     client = engine.connect()
-    result = imgbuild("base", "bootstrap", "debian12", timeout=900)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-2000:]
     with pytest.raises(BuildFailed) as failed:
-        step.run(client, bootstrapped_ref("debian12"), "echo the step went wrong >&2 && exit 3", {}, "a test step",
+        step.run(client, debian12_base(client), "echo the step went wrong >&2 && exit 3", {}, "a test step",
                  tmp_path, tmp_path / "step.log", EPOCH, lambda _: None)
     assert failed.value.reason == "the step failed (exit status 3)"
     assert "the step went wrong" in failed.value.tail
