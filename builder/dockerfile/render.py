@@ -69,14 +69,22 @@ def dockerfile(v: Variant, project: Project, files: list[ContextFile], skeleton:
 
 def _toolkit(v: Variant, project: Project) -> dict[str, object]:
     return {"debs": deblock.read(project, v), "packages": deblock.packages(v), "host_driver": deblock.HOST_DRIVER,
-            "host_driver_control": deblock.HOST_DRIVER_CONTROL}
+            "host_driver_control": deblock.HOST_DRIVER_CONTROL, "step_args": _step_args(v)}
 
 
-def toolkit_step(v: Variant, project: Project) -> str:
-    """The shell script of a devel image's toolkit step, the one text the Dockerfile's RUN holds: bash runs it
-    as the RUN does (`bash -o pipefail -c`, a backslash and a newline continue a line)."""
-    return _environment(project).get_template("_toolkit_step.j2").render(v=v, wheel_url=WHEEL_URL,
-                                                                          **_toolkit(v, project))
+def _step_args(v: Variant) -> dict[str, str]:
+    """The toolkit stage's ARGs, which its RUN sees as variables: the Dockerfile declares them, and imgbuild's
+    own run of the step (engine/step) sets them as its environment."""
+    return {"DEBIAN_FRONTEND": "noninteractive", "SOURCE_DATE_EPOCH": str(v.source_date_epoch)}
+
+
+def toolkit_step(v: Variant, project: Project) -> tuple[str, dict[str, str]]:
+    """The shell script of a devel image's toolkit step, the one text the Dockerfile's RUN holds (bash runs it
+    as the RUN does: `bash -o pipefail -c`, a backslash and a newline continue a line), and the variables the
+    RUN sees."""
+    script = _environment(project).get_template("_toolkit_step.j2").render(v=v, wheel_url=WHEEL_URL,
+                                                                            **_toolkit(v, project))
+    return script, _step_args(v)
 
 
 def committed(v: Variant, project: Project) -> list[ContextFile]:

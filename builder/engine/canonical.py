@@ -44,8 +44,6 @@ from .direct import FILES_STEP, Pending
 from .images import engine_config, load
 from .step import STEP_PREFIX
 
-VERSION = layer.VERSION
-
 _BLOCK = 1 << 20
 STAGING_LABEL = "io.imgbuild.staging"  # a staging image's run (_staged_load)
 
@@ -189,7 +187,7 @@ def base_on(client: docker.DockerClient, image_id: str) -> Base:
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
-             written: Sequence[Pending] = (), version: str = VERSION) -> Assembled:
+             written: Sequence[Pending], version: str) -> Assembled:
     """The built image with every layer above the bottom `keep` (the base's) written canonically, then the
     layers imgbuild wrote itself (`written`, engine/direct), and its config; loaded, and its ID returned.
 

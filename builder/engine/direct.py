@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -101,7 +101,7 @@ def _tar_size(members: list[tuple[str, int]]) -> int:
     return sum(n + _ENTRY for _, n in members) + _ENTRY * len(directories) + 2 * tarfile.RECORDSIZE
 
 
-def planned_sizes(layers: list[WheelLayer], target: Target, files: tuple[ContextFile, ...]) -> list[int]:
+def planned_sizes(layers: Sequence[WheelLayer], target: Target, files: tuple[ContextFile, ...]) -> list[int]:
     """An upper estimate of each layer's plain tar, before anything is written, from the cached wheels' zip
     directories (nothing is unzipped): every member unpacked, and a bytecode file beside each module taken
     as no larger than its source. The rootfs/ layer last, when there is one."""

@@ -18,7 +18,7 @@ from ..matrix.variant import Variant
 
 @dataclass(frozen=True)
 class Digests:
-    shaping: str  # the writer's version (engine.canonical.VERSION)
+    shaping: str  # the versions of the writers of its layers (pipeline.build.writers)
     config: str  # sha256 of the config: the image ID on the graph-driver store
     layers: tuple[str, ...]  # diffIDs, bottom first
     steps: tuple[str, ...] = ()  # what made each layer, for the error

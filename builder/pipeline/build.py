@@ -30,8 +30,8 @@ from ..oci.layer import LayerError
 from ..pins import deblock, lockfile, wheels
 from ..pins import debs as host_debs
 from ..pins import digests as expected
-from ..pins.layers import WHEEL_URL, wheel_layers
-from ..pins.wheelfiles import target_of
+from ..pins.layers import WHEEL_URL, WheelLayer, wheel_layers
+from ..pins.wheelfiles import Target, target_of
 from ..progress import Reporter
 from ..registry import skopeo as registry
 
@@ -64,6 +64,31 @@ class BuildResult:
     message: str = ""
     fetched: wheels.Fetched | None = None  # what the host's wheel cache had to download for this build
     digests: str = ""  # the image against its committed digests: matches | recorded | differs | other base | none
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """What the variant's locks pin, read once per build: its wheels for the image's Python and platform,
+    the layers they go into, and a devel image's toolkit .debs."""
+
+    lock: lockfile.Lock
+    lock_path: Path
+    target: Target
+    layers: tuple[WheelLayer, ...]
+    debs: deblock.DebLock | None
+    debs_path: Path | None
+
+
+def pinned(res: Resolution, v: Variant, project: Project) -> Pinned:
+    lock_path = project.lock_path(v)
+    debs_path = deblock.path(project, v) if v.distro_toolkit else None
+    return Pinned(lockfile.parse(lock_path.read_text(), str(lock_path)), lock_path, target_of(res, v),
+                  tuple(wheel_layers(v, project)), deblock.read(project, v) if debs_path else None, debs_path)
+
+
+def writers(v: Variant) -> tuple[str, ...]:
+    """The versions of the writers that make `v`'s layers: in its build hash and its committed digests."""
+    return (direct.VERSION, step.VERSION) if v.distro_toolkit else (direct.VERSION,)
 
 
 def order(res: Resolution, variants: list[Variant]) -> list[list[Variant]]:
@@ -126,9 +151,8 @@ def inputs(client: engine.Client, res: Resolution, v: Variant, project: Project,
     base_ref, found = base
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
     # the skeleton the engine builds is an input too, and how a step's layer is read
-    shaping = f"{direct.VERSION} skeleton {files_digest(list(skeleton(v, project)))}"
-    if v.distro_toolkit:
-        shaping += f" {step.VERSION}"
+    first, *rest = writers(v)
+    shaping = " ".join((first, "skeleton", files_digest(list(skeleton(v, project))), *rest))
     return BuildInputs(tuple(rendered), found.identity, ((arg, base_ref),), shaping, found.layers)
 
 
@@ -173,19 +197,16 @@ def tag_all(client: engine.Client, image_id: str, v: Variant) -> None:
         client.api.tag(image_id, repository, tag, force=True)
 
 
-def prepare_wheels(client: engine.Client, res: Resolution, v: Variant, project: Project,
-                   opts: BuildOptions, rep: Reporter) -> wheels.Fetched:
+def prepare_wheels(client: engine.Client, v: Variant, pins: Pinned, opts: BuildOptions,
+                   rep: Reporter) -> wheels.Fetched:
     """Everything the build takes from the host: the lock's wheels for this image's Python and platform, and
     a devel image's toolkit .debs (each downloaded only when not cached)."""
     engine.local_build_host(client)  # before the first byte is downloaded
-    path = project.lock_path(v)
-    target = target_of(res, v)
     rep.begin(v.name, "checking the wheel cache")
-    fetched = wheels.ensure(lockfile.parse(path.read_text(), str(path)), target, str(path), opts.ca_bundle,
+    fetched = wheels.ensure(pins.lock, pins.target, str(pins.lock_path), opts.ca_bundle,
                             lambda text: rep.say(v.name, text))
-    debs = deblock.read(project, v) if v.distro_toolkit else None
-    if debs is not None:
-        got = host_debs.ensure(debs, str(deblock.path(project, v)), opts.ca_bundle, lambda text: rep.say(v.name, text))
+    if pins.debs is not None:
+        got = host_debs.ensure(pins.debs, str(pins.debs_path), opts.ca_bundle, lambda text: rep.say(v.name, text))
         fetched = wheels.Fetched(fetched.wheels + got.wheels, fetched.downloaded + got.downloaded,
                                  fetched.bytes + got.bytes, fetched.seconds + got.seconds)
     return fetched
@@ -294,16 +315,17 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
             rep.say(v.name, f"pulled {pulled[:19]} from {opts.registry}: same build inputs")
             return BuildResult(v.name, "pulled", time.monotonic() - start, pulled, v.refs(),
                                client.images.get(pulled).attrs.get("Size"))
-    fetched = prepare_wheels(client, res, v, project, opts, rep)
+    pins = pinned(res, v, project)
+    fetched = prepare_wheels(client, v, pins, opts, rep)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = opts.log_dir / f"{v.name}.log"
-    space.check(needs(client, res, v, project, build_inputs.files, build_inputs.base_ref))
+    space.check(needs(client, pins, build_inputs.files, build_inputs.base_ref))
     tar = context_tar(skeleton(v, project), v.source_date_epoch)
     built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
                                                     {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
-    space.check(needs(client, res, v, project, build_inputs.files, built))  # now with the skeleton's size
+    space.check(needs(client, pins, build_inputs.files, built))  # now with the skeleton's size
     try:
-        result = _write_direct(client, res, v, project, built, build_inputs, log_path, rep)
+        result = _write_direct(client, v, project, pins, built, build_inputs, log_path, rep)
     except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
         raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
     except OSError as exc:
@@ -334,8 +356,7 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
 UNPACKED_DEBS = 3
 
 
-def needs(client: engine.Client, res: Resolution, v: Variant, project: Project,
-          files: tuple[ContextFile, ...], below: str) -> list[space.Need]:
+def needs(client: engine.Client, pins: Pinned, files: tuple[ContextFile, ...], below: str) -> list[space.Need]:
     """The disk space the build of `v` takes, known before its first step: in the temporary directory, the
     layers engine/direct writes past the memory budget, a devel image's toolkit step (engine/step, spooled
     whole), and the image `below` them (the base before the build, the skeleton after it), which
@@ -344,9 +365,8 @@ def needs(client: engine.Client, res: Resolution, v: Variant, project: Project,
     same); a toolkit step once more, in its container."""
     image = engine.image_or_none(client, below)
     read_back = int((image.attrs.get("Size") if image is not None else 0) or 0)
-    sizes = direct.planned_sizes(wheel_layers(v, project), target_of(res, v), files)
-    debs = deblock.read(project, v) if v.distro_toolkit else None
-    toolkit = UNPACKED_DEBS * (debs.size if debs is not None else 0)
+    sizes = direct.planned_sizes(pins.layers, pins.target, files)
+    toolkit = UNPACKED_DEBS * (pins.debs.size if pins.debs is not None else 0)
     layers, temp = sum(sizes) + toolkit, direct.spilled(sizes) + toolkit + read_back
     found = [space.Need("the layers written to the temporary directory", Path(tempfile.gettempdir()), temp,
                         "set TMPDIR to a larger filesystem")]
@@ -363,35 +383,33 @@ def _filled(exc: OSError) -> str:
             f"filesystem, and run the command again")
 
 
-def _write_direct(client: engine.Client, res: Resolution, v: Variant, project: Project, built: str,
+def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pinned, built: str,
                   build_inputs: BuildInputs, log_path: Path, rep: Reporter) -> canonical.Assembled:
     """The image from the engine's skeleton and the layers imgbuild writes (engine/direct), loaded while the
     later layers are still being written; a devel image's toolkit step (engine/step) first."""
-    layers = wheel_layers(v, project)
+    layers = list(pins.layers)
     for container in prune.leftover_containers(client):
         rep.say(v.name, f"removed container {container}")
-    with direct.temporary() as tmp, direct.writing(client, built, v, layers, target_of(res, v), build_inputs.files,
+    with direct.temporary() as tmp, direct.writing(client, built, v, layers, pins.target, build_inputs.files,
                                                    Path(tmp), v.source_date_epoch) as pending:
-        if v.distro_toolkit:
+        if pins.debs is not None and pins.debs_path is not None:
             rep.begin(v.name, "running the toolkit step in a container of the runtime image")
-            toolkit = _toolkit_step(client, v, project, build_inputs.base_ref, Path(tmp), log_path, rep)
+            toolkit = _toolkit_step(client, v, project, pins.debs, pins.debs_path, build_inputs.base_ref, Path(tmp),
+                                    log_path, rep)
             pending = [direct.Pending(toolkit.created_by, lambda: toolkit), *pending]
         rep.begin(v.name, f"writing {len(layers)} wheel layers and the rootfs/ layer, loading them as they are done")
         return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
-                                  direct.VERSION + (f", {step.VERSION}" if v.distro_toolkit else ""))
+                                  ", ".join(writers(v)))
 
 
-def _toolkit_step(client: engine.Client, v: Variant, project: Project, below: str, into: Path, log_path: Path,
-                  rep: Reporter) -> direct.Written:
+def _toolkit_step(client: engine.Client, v: Variant, project: Project, debs: deblock.DebLock, debs_path: Path,
+                  below: str, into: Path, log_path: Path, rep: Reporter) -> direct.Written:
     """The toolkit step's layer; it fetches its .debs from the host's cache, served while it runs."""
-    debs = deblock.read(project, v)
-    created_by = f"{step.STEP_PREFIX}toolkit: apt-get install of the {len(debs.debs) if debs else 0} .debs of " \
-                 f"{deblock.path(project, v).name}"
-    # the Dockerfile's ARGs, which its RUN sees as variables
-    environment = {"DEBIAN_FRONTEND": "noninteractive", "SOURCE_DATE_EPOCH": str(v.source_date_epoch)}
+    created_by = f"{step.STEP_PREFIX}toolkit: apt-get install of the {len(debs.debs)} .debs of {debs_path.name}"
+    script, environment = render.toolkit_step(v, project)
     with wheel_server.serving():
         try:
-            return step.run(client, below, render.toolkit_step(v, project), environment, created_by, into,
+            return step.run(client, below, script, environment, created_by, into,
                             log_path, v.source_date_epoch, lambda text: rep.begin(v.name, text))
         except BuildFailed as exc:
             if any("Connection refused" in line for line in exc.tail):

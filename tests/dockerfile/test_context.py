@@ -12,7 +12,7 @@ import pytest
 
 from builder.dockerfile.context import BuildInputs, ContextFile, context_tar
 from builder.dockerfile.render import context
-from builder.engine import canonical, direct
+from builder.engine import direct, step
 from builder.matrix.project import Project
 from builder.matrix.resolve import load
 from builder.pins.layers import wheel_layers
@@ -41,7 +41,7 @@ def test_hash_is_stable_for_unchanged_inputs() -> None:
     {"files": (*FILES, ContextFile("rootfs/opt/imgbuild/smoke_tests/x.py", b"\n", 0o644))},  # a payload file
     {"base": "sha256:bb"},  # a new base image ID
     {"args": (("BASE_IMAGE", "mirror.local/debian:12"),)},
-    {"shaping": canonical.VERSION},  # another writer of the same layers' bytes
+    {"shaping": step.VERSION},  # another writer of the same layers' bytes
     {"shaping": direct.VERSION},
 ])
 def test_hash_changes_with_any_input(changed: dict[str, object]) -> None:
