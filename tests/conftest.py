@@ -53,11 +53,12 @@ def remove_made(client: docker.DockerClient, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def client(request: pytest.FixtureRequest) -> Iterator[docker.DockerClient]:
-    """The engine, for a module's tests; afterwards the images of the module's NAME are removed
-    (remove_made). (A module that needs more defines its own `client`.)"""
+    """The engine, for a module's tests; afterwards the images of the module's NAME, and of each of its NAMES,
+    are removed (remove_made). (A module that needs more defines its own `client`.)"""
     client = engine.connect()
     yield client
-    if name := getattr(request.module, "NAME", None):
+    module = request.module
+    for name in (*((module.NAME,) if getattr(module, "NAME", None) else ()), *getattr(module, "NAMES", ())):
         remove_made(client, name)
     client.close()
 

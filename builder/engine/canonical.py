@@ -5,7 +5,8 @@ Each engine commits a layer with its own tar writer: Docker 20.10 writes the own
 bits in the mode field, 25+ neither, and overlay2 keeps files a step rewrote unchanged (useradd rewrites
 /etc/group) where the containerd snapshotter leaves them out. So one Dockerfile gives other layer bytes
 on each engine. `assemble` reads the built image once (`docker save`) and writes each layer above the base
-again in the one form `builder/oci/layer.py` decides (its docstring says the rules).
+again in the one form `builder/oci/layer.py` decides (its docstring says the rules); oci/assembly writes the
+archive the engine loads.
 
 The config is rebuilt from the fields the OCI image spec defines (no `docker_version`, no
 `container_config`), with the new diffIDs. The save is read once: each layer is indexed (every file hashed)
@@ -20,13 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
-import json
 import re
 import secrets
-import tarfile
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -35,16 +33,16 @@ import docker.errors
 
 from .. import scratch
 from ..oci import layer
-from ..oci.config import Base, canonical_config
-from ..oci.layer import Indexed, Key, apply, archive_member, index, plan
+from ..oci.assembly import Assembly, Pending, Spooled
+from ..oci.config import Base
+from ..oci.layer import Indexed, index
 from ..pins.digests import Digests
 from . import saved
 from .client import containerd_store
-from .direct import FILES_STEP, Pending
+from .direct import FILES_STEP
 from .images import engine_config, load
 from .step import STEP_PREFIX
 
-_BLOCK = 1 << 20
 STAGING_LABEL = "io.imgbuild.staging"  # a staging image's run (_staged_load)
 
 
@@ -57,18 +55,8 @@ class Assembled:
     clamped: tuple[str, ...] = ()  # "layer N: path" for entries dated after the epoch, written at it
 
 
-@dataclass(frozen=True)
-class _Spooled:
-    path: Path | None  # the layer tar as the save gave it; None: not read, or one imgbuild wrote
-    layer: Indexed
-    diff_id: str  # the sha256 the save's read gave it ("" for one imgbuild wrote)
-    written: IO[bytes] | None = None  # the plain tar of a layer imgbuild wrote (engine/direct, engine/step):
-    # planned against `below`, not the layers below, and closed once it is written out
-    below: dict[str, Key] = field(default_factory=dict)
-
-
 def _layers(client: docker.DockerClient, image_id: str, into: Path,
-            epoch: int) -> tuple[dict[str, object], list[_Spooled]]:
+            epoch: int) -> tuple[dict[str, object], list[Spooled]]:
     """The saved image's config and its layers, each indexed while it is spooled to a file under `into`,
     bottom first; times after `epoch` are read as the epoch."""
     files: dict[str, tuple[Path, Indexed]] = {}
@@ -81,103 +69,8 @@ def _layers(client: docker.DockerClient, image_id: str, into: Path,
     image = saved.read(client, image_id, 0, layer_sink=spool)
     # `docker save` writes a layer equal to an earlier one once, and links the other name to it
     by_diff = {image.diff_ids[p]: f for p, f in files.items()}
-    return image.config, [_Spooled(*(files.get(p) or by_diff[image.diff_ids[p]]), image.diff_ids[p])
+    return image.config, [Spooled(*(files.get(p) or by_diff[image.diff_ids[p]]), image.diff_ids[p])
                           for p in image.layers]
-
-
-class _Assembly:
-    """The `docker load` archive of the canonical image, written as the engine reads it: each layer above
-    the bottom `keep` rewritten from its spool while the engine stores the one before, so the rewrite and
-    the load overlap and no second copy of the image goes to disk. The diffIDs and the config are known
-    once it is read to the end."""
-
-    def __init__(self, layers: list[_Spooled | Pending], keep: int, carry: bool, config: dict[str, object],
-                 epoch: int) -> None:
-        self._layers, self._keep, self._carry, self._config, self._epoch = layers, keep, carry, config, epoch
-        self.diff_ids: list[str] = []
-        self.clamped: list[str] = []  # entries above the base dated after the epoch, written at it
-        self.config_bytes = b""
-        self.staging_config = b""  # the config of the staging archive last read to its end
-
-    def chunks(self) -> Iterator[bytes]:
-        """The whole archive: every layer's member, then the config and the manifest."""
-        for member in self._members():
-            yield from member
-        yield from self.tail()
-
-    def staged(self, labels: dict[str, str]) -> Iterator[Iterator[bytes]]:
-        """For a graph-driver store: one archive per layer above the bottom `keep`, each holding that layer's
-        bytes alone (the engine has those below by chain ID) under a staging config with `labels`. Loading
-        each as soon as it is written lets the engine store it while the next one is written; a graph-driver
-        `docker load` unpacks its whole archive before it stores the first layer. Then `tail` is the image."""
-        for i, member in enumerate(self._members()):
-            if i < self._keep:
-                for _ in member:  # nothing to send: only the view and the diffID
-                    pass
-                continue
-            yield itertools.chain(member, self._staging(i, labels))
-
-    def _staging(self, top: int, labels: dict[str, str]) -> Iterator[bytes]:
-        self.staging_config = json.dumps({"architecture": self._config.get("architecture", "amd64"),
-                                          "os": self._config.get("os", "linux"), "config": {"Labels": labels},
-                                          "rootfs": {"type": "layers", "diff_ids": self.diff_ids[:top + 1]}},
-                                         sort_keys=True, separators=(",", ":")).encode()
-        yield from _closing(self.staging_config, [f"{i}/layer.tar" for i in range(top + 1)])
-
-    def tail(self) -> Iterator[bytes]:
-        """The config and the manifest, once every layer's member has been read: the whole archive's end, or
-        all a graph-driver store needs once every layer is staged."""
-        self.config_bytes = canonical_config(self._config, self.diff_ids, self._epoch)
-        yield from _closing(self.config_bytes, [f"{i}/layer.tar" for i in range(len(self._layers))])
-
-    def _members(self) -> Iterator[Iterator[bytes]]:
-        """Each layer's archive member, bottom first, to be read to its end before the next is taken (then its
-        diffID is in `diff_ids`); a layer the engine holds by chain ID has none, but on the containerd store."""
-        view: dict[str, Key] = {}
-        for i, item in enumerate(self._layers):
-            if isinstance(item, Pending):  # waits until its worker has written it
-                written = item.result()
-                item = _Spooled(None, written.layer, "", written.spool, written.below)
-            yield self._member(i, item, view)
-
-    def _member(self, i: int, spooled: _Spooled, view: dict[str, Key]) -> Iterator[bytes]:
-        name = f"{i}/layer.tar"
-        if i < self._keep:
-            diff_id, changes = spooled.diff_id, spooled.layer.written
-            if self._carry:  # the base's bytes as they are, for a store that takes no layer by chain ID
-                assert spooled.path is not None
-                size = spooled.path.stat().st_size
-                yield archive_member(name, size)
-                with spooled.path.open("rb") as src:
-                    while block := src.read(_BLOCK):
-                        yield block
-                yield b"\0" * (-size % tarfile.BLOCKSIZE)
-        else:
-            planned, changes = plan(spooled.layer, spooled.below if spooled.written else view, self._epoch)
-            self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
-            yield archive_member(name, planned.size)
-            digest = hashlib.sha256()
-            with spooled.written or _open(spooled.path) as src:
-                for chunk in layer.write(planned, src):
-                    digest.update(chunk)
-                    yield chunk
-            diff_id = "sha256:" + digest.hexdigest()
-        apply(view, changes)
-        self.diff_ids.append(diff_id)
-
-
-def _closing(config: bytes, layers: list[str]) -> Iterator[bytes]:
-    """A `docker load` archive's config and manifest (naming `layers`), and its end."""
-    config_name = hashlib.sha256(config).hexdigest() + ".json"
-    manifest = json.dumps([{"Config": config_name, "RepoTags": None, "Layers": layers}]).encode()
-    for member, data in ((config_name, config), ("manifest.json", manifest)):
-        yield archive_member(member, len(data)) + data + b"\0" * (-len(data) % tarfile.BLOCKSIZE)
-    yield b"\0" * tarfile.RECORDSIZE
-
-
-def _open(path: Path | None) -> IO[bytes]:
-    assert path is not None  # a layer of the save above the base was spooled
-    return path.open("rb")
 
 
 def base_on(client: docker.DockerClient, image_id: str) -> Base:
@@ -199,14 +92,14 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
         known = engine_config(client, built_id) if not carry else None
         diff_ids = list((known or {}).get("rootfs", {}).get("diff_ids") or [])  # type: ignore[attr-defined]
         if known is not None and len(diff_ids) == keep:
-            config, below = known, [_Spooled(None, Indexed({}, {}), d) for d in diff_ids]
+            config, below = known, [Spooled(None, Indexed({}, {}), d) for d in diff_ids]
         else:
             config, below = _layers(client, built_id, Path(tmp), epoch)
-        layers: list[_Spooled | Pending] = [*below, *written]
+        layers: list[Spooled | Pending] = [*below, *written]
         if written:
             config = {**config, "history": _with_steps(list(config.get("history") or []),  # type: ignore[call-overload]
                                                        [w.created_by for w in written])}
-        assembly = _Assembly(layers, keep, carry, config, epoch)
+        assembly = Assembly(layers, keep, carry, config, epoch)
         loaded = load(client, assembly.chunks()) if carry else _staged_load(client, assembly, config)
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
@@ -216,8 +109,8 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
                              steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped))
 
 
-def _staged_load(client: docker.DockerClient, assembly: _Assembly, config: dict[str, object]) -> str | None:
-    """Each layer loaded as it is written (_Assembly.staged), then the image; the staging images are removed
+def _staged_load(client: docker.DockerClient, assembly: Assembly, config: dict[str, object]) -> str | None:
+    """Each layer loaded as it is written (Assembly.staged), then the image; the staging images are removed
     once the image holds their layers. They carry the image's labels (`imgbuild prune` finds one a killed run
     left) and this run's own label, so no other run's build can take one or remove it under this one."""
     inner = config.get("config") or {}

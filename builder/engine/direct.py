@@ -18,7 +18,6 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -29,7 +28,8 @@ from ..dockerfile.context import ROOTFS, ContextFile
 from ..errors import UserError
 from ..matrix.variant import Variant
 from ..oci import layer, tree, wheel
-from ..oci.layer import Indexed, Key
+from ..oci.assembly import Pending, Written
+from ..oci.layer import Indexed
 from ..pins import lockfile, wheels
 from ..pins.layers import WheelLayer
 from ..pins.wheelfiles import Target
@@ -43,19 +43,6 @@ FILES_STEP = "imgbuild: files rootfs/ /"
 # Layers written at once: each one's unzipping, hashing and writing mostly runs outside the GIL (zlib,
 # hashlib, file I/O), so two or three threads keep the CPUs busy while the engine loads.
 WORKERS = max(1, min(3, (os.cpu_count() or 1)))
-
-
-@dataclass(frozen=True)
-class Written:
-    """A layer written here, not yet canonical: its plain tar (in memory, or on disk past the memory budget),
-    that tar read once, and its step. Whoever reads it closes `spool`."""
-
-    spool: IO[bytes]
-    layer: Indexed
-    created_by: str
-    # what the paths of the layer are below it, where it is planned against that (engine/step); a layer
-    # written from its own inputs is planned against nothing below
-    below: dict[str, Key] = field(default_factory=dict)
 
 
 def _cgroup_room() -> int | None:
@@ -197,14 +184,6 @@ def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Writt
             spool.add(rule.node(f.path.removeprefix(ROOTFS + "/"), f.content, f.mode))
 
     return Written(*_spooled(into, fill, rule, epoch), FILES_STEP)
-
-
-@dataclass(frozen=True)
-class Pending:
-    """A layer being written on a worker thread: its step is known at once, its tar when `result` returns."""
-
-    created_by: str
-    result: Callable[[], Written]
 
 
 @contextlib.contextmanager

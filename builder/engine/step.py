@@ -24,11 +24,11 @@ from typing import IO, BinaryIO
 import docker
 
 from ..oci import changes, layer
+from ..oci.assembly import Written
 from ..oci.layer import Indexed, Key
 from .build import BuildFailed
 from .bytecode import owner
 from .client import remove_containers
-from .direct import Written
 from .saved import ChunkReader
 
 STEP_PREFIX = "imgbuild: step "  # a step's history entry ("created_by") begins so

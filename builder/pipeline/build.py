@@ -25,6 +25,7 @@ from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.project import Project
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
+from ..oci.assembly import Pending, Written
 from ..oci.config import Base, at_epoch
 from ..oci.layer import LayerError
 from ..pins import deblock, lockfile, wheels
@@ -396,14 +397,14 @@ def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pin
             rep.begin(v.name, "running the toolkit step in a container of the runtime image")
             toolkit = _toolkit_step(client, v, project, pins.debs, pins.debs_path, build_inputs.base_ref, Path(tmp),
                                     log_path, rep)
-            pending = [direct.Pending(toolkit.created_by, lambda: toolkit), *pending]
+            pending = [Pending(toolkit.created_by, lambda: toolkit), *pending]
         rep.begin(v.name, f"writing {len(layers)} wheel layers and the rootfs/ layer, loading them as they are done")
         return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
                                   ", ".join(writers(v)))
 
 
 def _toolkit_step(client: engine.Client, v: Variant, project: Project, debs: deblock.DebLock, debs_path: Path,
-                  below: str, into: Path, log_path: Path, rep: Reporter) -> direct.Written:
+                  below: str, into: Path, log_path: Path, rep: Reporter) -> Written:
     """The toolkit step's layer; it fetches its .debs from the host's cache, served while it runs."""
     created_by = f"{step.STEP_PREFIX}toolkit: apt-get install of the {len(debs.debs)} .debs of {debs_path.name}"
     script, environment = render.toolkit_step(v, project)

@@ -6,29 +6,19 @@ layer of its runtime image and carries none of the NVIDIA driver's libraries."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import docker
 import pytest
 
-from builder.engine import client as engine
-
 from ..conftest import DEVEL_VARIANT, imgbuild
 
-pytestmark = [pytest.mark.engine]
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("devel_image")]
 
 RUNTIME = "pytorch-cuda:2.7.1-cuda12.4-cudnn9-debian13-runtime"
 
 
 @pytest.fixture(scope="module")
-def client(devel_image: str) -> Iterator[docker.DockerClient]:
-    c = engine.connect()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def results(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def results(devel_image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = tmp_path_factory.mktemp("devel") / "r.json"
     result = imgbuild("test", "--variant", DEVEL_VARIANT, "--json", str(out), timeout=2400)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

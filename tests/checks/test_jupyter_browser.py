@@ -19,7 +19,6 @@ import docker
 import pytest
 
 from builder.checks.smoke import TEST_LABEL, wait_for_status
-from builder.engine import client as engine
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -28,13 +27,6 @@ EXAMPLE = ("import torch; x = torch.randn(3, 3, requires_grad=True); (x**2 + 2).
 NOTEBOOK = "Untitled.ipynb"  # the name JupyterLab gives a new notebook
 OTHER_UID = 4321  # a host user who is not the image's uid 1000
 STEP_MS = 120_000
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = engine.connect()
-    yield c
-    c.close()
 
 
 @pytest.fixture(scope="module")

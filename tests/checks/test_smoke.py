@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -14,25 +13,17 @@ import pytest
 
 from builder.checks import records
 from builder.checks.smoke import SHM, TEST_LABEL, run_container
-from builder.engine import client as engine
 
 from ..conftest import imgbuild
 
-pytestmark = [pytest.mark.engine]
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("default_image")]
 
 IMAGE = "pytorch-cuda:2.7.1-cuda12.6-cudnn9-debian12-runtime"
 SUITE_TIMEOUT = 1800
 
 
 @pytest.fixture(scope="module")
-def client(default_image: str) -> Iterator[docker.DockerClient]:
-    c = engine.connect()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def report(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
+def report(default_image: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], Path]:
     out = tmp_path_factory.mktemp("report")
     result = imgbuild("test", "--json", str(out / "r.json"), "--junit", str(out / "r.xml"), timeout=SUITE_TIMEOUT)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

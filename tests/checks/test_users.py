@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
 
 from builder.checks.smoke import TEST_LABEL
-from builder.engine import client as engine
 
-pytestmark = [pytest.mark.engine, pytest.mark.network]
+pytestmark = [pytest.mark.engine, pytest.mark.network, pytest.mark.usefixtures("default_image")]
 UID = 4321
 # What torch's caches and a user's code ask for: the user's name, a writable HOME, and torch.compile, whose
 # Triton/Inductor caches live under HOME.
@@ -20,13 +18,6 @@ PROBE = ("import getpass, os, torch; f = torch.compile(lambda x: x * 2 + 1); "
          "print(os.getuid(), getpass.getuser(), os.environ['LOGNAME'], os.environ['HOME'], "
          "os.access(os.environ['HOME'], os.W_OK), f(torch.ones(2)).tolist(), "
          "os.path.isdir(os.environ['TORCHINDUCTOR_CACHE_DIR']), sep='|')")
-
-
-@pytest.fixture(scope="module")
-def client(default_image: str) -> Iterator[docker.DockerClient]:
-    c = engine.connect()
-    yield c
-    c.close()
 
 
 def run(client: docker.DockerClient, image: str, command: list[str], **kwargs: object) -> tuple[int, str]:

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -28,7 +27,7 @@ from builder.host.base import bootstrapped_ref
 from builder.host.base import plan as base_plan
 from builder.matrix.resolve import load
 
-from ..conftest import MATRIX, ROOT, imgbuild, remove_made
+from ..conftest import MATRIX, ROOT, imgbuild
 from ..helpers import eventually, image_holds, make_test_ca, project_copy, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
@@ -39,14 +38,8 @@ EPOCH = 1735689600  # matrix.yaml's source_date_epoch
 TAGS = ("pytorch-cuda:2.7.1-cuda12.4-cudnn9-debian12-runtime", "pytorch-cuda:2.7.1-cuda12.6-cudnn9-debian12-runtime")
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = engine.connect()
-    yield c
-    for name in ("imgbuild-test-fail", "imgbuild-test-pin", "imgbuild-test-int", "imgbuild-test-int2",
-                 "imgbuild-test-j2"):
-        remove_made(c, name)
-    c.close()
+# the image names this module's builds make: the conftest's `client` removes them afterwards
+NAMES = ("imgbuild-test-fail", "imgbuild-test-pin", "imgbuild-test-int", "imgbuild-test-int2", "imgbuild-test-j2")
 
 
 @pytest.fixture(scope="module")
