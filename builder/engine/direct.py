@@ -17,7 +17,7 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -132,10 +132,10 @@ def _spooled(into: Path, fill: Callable[[tree.Spool], None], rule: tree.Rule, ep
         raise
 
 
-def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelLayer, target: Target,
+def wheel_layer(client: docker.DockerClient, below: Future[str], python: str, wl: WheelLayer, target: Target,
                 pip: bool, into: Path, epoch: int) -> Written:
     """One wheel layer: its wheels installed as files, then their bytecode (and with `pip`, pip) from a
-    container of the image `below`."""
+    container of the image `below`, once it is there; `below` cancelled stops it between two wheels."""
     venv = wheel.Venv(VENV, python)
     rule = tree.Rule(VENV, VENV_OWNER)
     entries = lockfile.parse(wl.text, f"layer {wl.name}").entries
@@ -150,6 +150,8 @@ def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelL
     def fill(spool: tree.Spool) -> None:
         sources: dict[str, bytes] = {}
         for path in sorted(paths, key=lambda p: p.name):
+            if below.cancelled():  # the skeleton's build failed or was interrupted
+                raise CancelledError
             try:
                 files = wheel.install(path.name, path.read_bytes(), venv)
             except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
@@ -165,7 +167,7 @@ def wheel_layer(client: docker.DockerClient, below: str, python: str, wl: WheelL
                 if f.path.endswith(".py"):
                     sources[f.path] = f.data
         try:
-            compiled = bytecode.compile_layer(client, below, VENV, sources, pip)
+            compiled = bytecode.compile_layer(client, below.result(), VENV, sources, pip)
         except bytecode.CompileFailed as exc:
             raise layer.LayerError(f"layer {wl.name}: bytecode did not compile:\n{exc}") from None
         for node in compiled:
@@ -187,11 +189,15 @@ def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Writt
 
 
 @contextlib.contextmanager
-def writing(client: docker.DockerClient, skeleton: str, v: Variant, layers: list[WheelLayer], target: Target,
-            files: tuple[ContextFile, ...], into: Path, epoch: int) -> Iterator[list[Pending]]:
+def writing(client: docker.DockerClient, v: Variant, layers: Sequence[WheelLayer], target: Target,
+            files: tuple[ContextFile, ...], into: Path, epoch: int) -> Iterator[tuple[Future[str], list[Pending]]]:
     """Every layer imgbuild writes for `v` above its skeleton image, bottom first, written on worker threads
-    while the caller loads the ones already done: unzipping a wheel layer overlaps the engine's storing of the
-    one below. Leaving the block cancels what has not started and waits for the rest."""
+    from the start of the block: the wheels are unzipped while the engine still builds the skeleton (a few
+    steps that leave the CPUs mostly idle), and each layer waits for the skeleton image only to compile its
+    bytecode in it. The caller sets the skeleton's ID on the future it is given, and loads each layer as it is
+    done: unzipping a wheel layer also overlaps the engine's storing of the one below. Leaving the block
+    cancels a skeleton never set and what has not started, and waits for the rest."""
+    skeleton: Future[str] = Future()
     pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="imgbuild-layer")
     try:
         pending = []
@@ -202,8 +208,9 @@ def writing(client: docker.DockerClient, skeleton: str, v: Variant, layers: list
         if any(f.path.startswith(ROOTFS + "/") for f in files):
             future = pool.submit(files_layer, files, into, epoch)
             pending.append(Pending(FILES_STEP, future.result))
-        yield pending
+        yield skeleton, pending
     finally:
+        skeleton.cancel()  # (nothing once it is set) the workers waiting for it stop
         pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -322,11 +322,17 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
     log_path = opts.log_dir / f"{v.name}.log"
     space.check(needs(client, pins, build_inputs.files, build_inputs.base_ref))
     tar = context_tar(skeleton(v, project), v.source_date_epoch)
-    built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
-                                                    {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
-    space.check(needs(client, pins, build_inputs.files, built))  # now with the skeleton's size
+    for container in prune.leftover_containers(client):  # before this build starts one
+        rep.say(v.name, f"removed container {container}")
     try:
-        result = _write_direct(client, v, project, pins, built, build_inputs, log_path, rep)
+        # imgbuild's layers are written from here on (engine/direct), the skeleton's build beside them
+        with direct.temporary() as tmp, direct.writing(client, v, pins.layers, pins.target, build_inputs.files,
+                                                       Path(tmp), v.source_date_epoch) as (built_id, pending):
+            built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
+                                                            {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
+            built_id.set_result(built)
+            space.check(needs(client, pins, build_inputs.files, built))  # now with the skeleton's size
+            result = _write_direct(client, v, project, pins, built, build_inputs, Path(tmp), pending, log_path, rep)
     except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
         raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
     except OSError as exc:
@@ -385,22 +391,18 @@ def _filled(exc: OSError) -> str:
 
 
 def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pinned, built: str,
-                  build_inputs: BuildInputs, log_path: Path, rep: Reporter) -> canonical.Assembled:
-    """The image from the engine's skeleton and the layers imgbuild writes (engine/direct), loaded while the
-    later layers are still being written; a devel image's toolkit step (engine/step) first."""
-    layers = list(pins.layers)
-    for container in prune.leftover_containers(client):
-        rep.say(v.name, f"removed container {container}")
-    with direct.temporary() as tmp, direct.writing(client, built, v, layers, pins.target, build_inputs.files,
-                                                   Path(tmp), v.source_date_epoch) as pending:
-        if pins.debs is not None and pins.debs_path is not None:
-            rep.begin(v.name, "running the toolkit step in a container of the runtime image")
-            toolkit = _toolkit_step(client, v, project, pins.debs, pins.debs_path, build_inputs.base_ref, Path(tmp),
-                                    log_path, rep)
-            pending = [Pending(toolkit.created_by, lambda: toolkit), *pending]
-        rep.begin(v.name, f"writing {len(layers)} wheel layers and the rootfs/ layer, loading them as they are done")
-        return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
-                                  ", ".join(writers(v)))
+                  build_inputs: BuildInputs, tmp: Path, pending: list[Pending], log_path: Path,
+                  rep: Reporter) -> canonical.Assembled:
+    """The image from the engine's skeleton `built` and the layers imgbuild writes (`pending`, engine/direct),
+    loaded while the later layers are still being written; a devel image's toolkit step (engine/step) first."""
+    if pins.debs is not None and pins.debs_path is not None:
+        rep.begin(v.name, "running the toolkit step in a container of the runtime image")
+        toolkit = _toolkit_step(client, v, project, pins.debs, pins.debs_path, build_inputs.base_ref, tmp,
+                                log_path, rep)
+        pending = [Pending(toolkit.created_by, lambda: toolkit), *pending]
+    rep.begin(v.name, f"writing {len(pins.layers)} wheel layers and the rootfs/ layer, loading them as they are done")
+    return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
+                              ", ".join(writers(v)))
 
 
 def _toolkit_step(client: engine.Client, v: Variant, project: Project, debs: deblock.DebLock, debs_path: Path,
