@@ -57,8 +57,10 @@ def client(request: pytest.FixtureRequest) -> Iterator[docker.DockerClient]:
     are removed (remove_made). (A module that needs more defines its own `client`.)"""
     client = engine.connect()
     yield client
-    module = request.module
-    for name in (*((module.NAME,) if getattr(module, "NAME", None) else ()), *getattr(module, "NAMES", ())):
+    names = list(getattr(request.module, "NAMES", ()))
+    if name := getattr(request.module, "NAME", None):
+        names.append(name)
+    for name in names:
         remove_made(client, name)
     client.close()
 

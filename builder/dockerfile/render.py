@@ -54,7 +54,7 @@ def dockerfile(v: Variant, project: Project, files: list[ContextFile], skeleton:
     template = ("Dockerfile.jupyter.j2" if v.flavor == "jupyter" else
                 "Dockerfile.toolkit.j2" if v.distro_toolkit else "Dockerfile.j2")
     labels = {**v.labels(), INPUTS_LABEL: _PLACEHOLDER}
-    toolkit = _toolkit(v, project) if v.distro_toolkit else {}
+    toolkit = _toolkit(v, deblock.read(project, v)) if v.distro_toolkit else {}
 
     def draft(bare: bool) -> str:
         return _environment(project).get_template(template).render(
@@ -67,8 +67,8 @@ def dockerfile(v: Variant, project: Project, files: list[ContextFile], skeleton:
     return ContextFile("Dockerfile", text.replace(_PLACEHOLDER, "sha256:" + digest).encode(), REGULAR)
 
 
-def _toolkit(v: Variant, project: Project) -> dict[str, object]:
-    return {"debs": deblock.read(project, v), "packages": deblock.packages(v), "host_driver": deblock.HOST_DRIVER,
+def _toolkit(v: Variant, debs: deblock.DebLock | None) -> dict[str, object]:
+    return {"debs": debs, "packages": deblock.packages(v), "host_driver": deblock.HOST_DRIVER,
             "host_driver_control": deblock.HOST_DRIVER_CONTROL, "step_args": _step_args(v)}
 
 
@@ -78,12 +78,12 @@ def _step_args(v: Variant) -> dict[str, str]:
     return {"DEBIAN_FRONTEND": "noninteractive", "SOURCE_DATE_EPOCH": str(v.source_date_epoch)}
 
 
-def toolkit_step(v: Variant, project: Project) -> tuple[str, dict[str, str]]:
-    """The shell script of a devel image's toolkit step, the one text the Dockerfile's RUN holds (bash runs it
-    as the RUN does: `bash -o pipefail -c`, a backslash and a newline continue a line), and the variables the
-    RUN sees."""
+def toolkit_step(v: Variant, project: Project, debs: deblock.DebLock) -> tuple[str, dict[str, str]]:
+    """The shell script of a devel image's toolkit step for `debs` (its .deb lock, as the build read it), the
+    one text the Dockerfile's RUN holds (bash runs it as the RUN does: `bash -o pipefail -c`, a backslash and a
+    newline continue a line), and the variables the RUN sees."""
     script = _environment(project).get_template("_toolkit_step.j2").render(v=v, wheel_url=WHEEL_URL,
-                                                                            **_toolkit(v, project))
+                                                                            **_toolkit(v, debs))
     return script, _step_args(v)
 
 

@@ -364,7 +364,7 @@ UNPACKED_DEBS = 3
 
 
 def needs(client: engine.Client, pins: Pinned, files: tuple[ContextFile, ...], below: str) -> list[space.Need]:
-    """The disk space the build of `v` takes, known before its first step: in the temporary directory, the
+    """The disk space the build takes, known before its first step: in the temporary directory, the
     layers engine/direct writes past the memory budget, a devel image's toolkit step (engine/step, spooled
     whole), and the image `below` them (the base before the build, the skeleton after it), which
     canonical.assemble may read back whole with `docker save`. In the engine's data root, the new layers
@@ -409,7 +409,7 @@ def _toolkit_step(client: engine.Client, v: Variant, project: Project, debs: deb
                   below: str, into: Path, log_path: Path, rep: Reporter) -> Written:
     """The toolkit step's layer; it fetches its .debs from the host's cache, served while it runs."""
     created_by = f"{step.STEP_PREFIX}toolkit: apt-get install of the {len(debs.debs)} .debs of {debs_path.name}"
-    script, environment = render.toolkit_step(v, project)
+    script, environment = render.toolkit_step(v, project, debs)
     with wheel_server.serving():
         try:
             return step.run(client, below, script, environment, created_by, into,
