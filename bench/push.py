@@ -1,7 +1,10 @@
 """`make bench-push`: the first push of the default image by `imgbuild push` against `docker push` of the same
 image, each to its own empty local docker-registry, in one invocation; then a second `imgbuild push` of the
-same bytes to a third registry, which takes every blob from the blob cache and compresses nothing. The page
-cache is dropped before each push, so none of them reads the image from memory another one left there.
+same bytes to a third registry, which takes every blob from the blob cache and compresses nothing. Then the
+path of a release (build, push on one runner): the image built again with `--keep-layers` (against a plain
+`--force` build, for what keeping costs the build) and pushed to a fourth registry with a fresh blob cache,
+compressing the build's copies of its layers and reading only the base's from the engine. The page cache is
+dropped before each push and build, so none of them reads the image from memory another one left there.
 Prints a markdown table and writes bench/results/push.{md,json}.
 
 Needs the engine and Debian's docker-registry (`make test-engine`); builds the default image first where the
@@ -46,13 +49,16 @@ def main() -> None:
         timed([IMGBUILD, "build", "--variant", VARIANT])
         image, built_here = client.images.get(ref), True
     size = int(image.attrs["Size"])
-    rows: dict[str, list[float]] = {"imgbuild push, first": [], "docker push": [], "imgbuild push, again": []}
+    rows: dict[str, list[float]] = {"imgbuild push, first": [], "docker push": [], "imgbuild push, again": [],
+                                    "imgbuild push, after build --keep-layers": []}
+    builds: dict[str, list[float]] = {"imgbuild build --force": [], "imgbuild build --force --keep-layers": []}
+    copies = 0
     with tempfile.TemporaryDirectory(prefix="imgbuild-bench-push-", dir=Path.home()) as work:
         for run in range(RUNS):
-            for name in "abc":
+            for name in "abcd":
                 (Path(work) / f"{name}{run}").mkdir()
             with (registry(Path(work) / f"a{run}") as first, registry(Path(work) / f"b{run}") as plain,
-                  registry(Path(work) / f"c{run}") as again):
+                  registry(Path(work) / f"c{run}") as again, registry(Path(work) / f"d{run}") as after):
                 env = {"IMGBUILD_BLOB_CACHE": str(Path(work) / f"blobs{run}")}
                 # alternate which push reads first, so neither always meets the other's leftovers on disk
                 order = ["imgbuild", "docker"] if run % 2 == 0 else ["docker", "imgbuild"]
@@ -78,6 +84,22 @@ def main() -> None:
                     raise SystemExit("bench: the second push compressed again:\n" + done.stderr[-2000:])
                 rows["imgbuild push, again"].append(seconds)
                 say(f"run {run + 1}: imgbuild again: {seconds:.1f} s")
+                kept = {"IMGBUILD_BLOB_CACHE": str(Path(work) / f"kept{run}")}
+                for name, flags in (("imgbuild build --force", []), ("imgbuild build --force --keep-layers",
+                                                                     ["--keep-layers"])):
+                    cold()
+                    seconds, _ = timed([IMGBUILD, "build", "--variant", VARIANT, "--force", *flags], env=kept)
+                    builds[name].append(seconds)
+                    say(f"run {run + 1}: {name}: {seconds:.1f} s")
+                copies = sum(f.stat().st_size for f in (Path(kept["IMGBUILD_BLOB_CACHE"]) / "raw").iterdir())
+                cold()
+                seconds, done = timed([IMGBUILD, "push", "--variant", VARIANT, "--registry", f"{after}/bench",
+                                       "--force"], env=kept)
+                if " 0 layers compressed from the build's copies" in done.stderr:
+                    raise SystemExit("bench: the push after --keep-layers read every layer from the engine:\n"
+                                     + done.stderr[-2000:])
+                rows["imgbuild push, after build --keep-layers"].append(seconds)
+                say(f"run {run + 1}: imgbuild after --keep-layers: {seconds:.1f} s")
     if built_here:
         subprocess.run([IMGBUILD, "prune"], check=False, capture_output=True)
 
@@ -97,13 +119,22 @@ def main() -> None:
         against = ("baseline" if name == "docker push" else
                    f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower")
         lines.append(f"| {name} | {median[name]:.1f} s ({min(values):.1f}-{max(values):.1f}) | {against} |")
+    plain = statistics.median(builds["imgbuild build --force"])
+    lines += ["", f"What keeping the layers costs the build (the same image built again, `--force`), and "
+              f"{copies / 1e9:.2f} GB of copies on disk until the push:", "",
+              "| build | seconds | against the plain build |", "|---|---|---|"]
+    for name, values in builds.items():
+        ratio = statistics.median(values) / plain
+        lines.append(f"| {name} | {statistics.median(values):.1f} s ({min(values):.1f}-{max(values):.1f}) | "
+                     + ("baseline" if values is builds["imgbuild build --force"] else f"{ratio:.2f}x the time")
+                     + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     (RESULTS / "push.md").write_text(text)
     (RESULTS / "push.json").write_text(json.dumps(
         {"variant": VARIANT, "size": size, "cpus": os.cpu_count(), "engine": client.version()["Version"],
          "packing": layout.VERSION, "zlib": zlib.ZLIB_RUNTIME_VERSION, "machine": platform.machine(),
-         "runs": rows}, indent=2) + "\n")
+         "runs": rows, "builds": builds, "copies": copies}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,10 @@ def build_cmd(
         "--record-digests", help="write each image's config digest and diffIDs next to its "
         "lock (locks/VARIANT.digests.json), where later builds are checked against them; other digests "
         "already committed are replaced only with --force")] = False,
+    keep_layers: Annotated[bool, typer.Option(
+        "--keep-layers", help="keep a copy of each layer imgbuild writes, uncompressed, in the blob cache, "
+        "so that the image's first `imgbuild push` compresses it from there instead of reading the image back "
+        "from the engine (the push then removes it; `imgbuild prune` too)")] = False,
 ) -> None:
     """Build the selected images through the Docker SDK and tag each with all its tags."""
     from ..engine import client as engine
@@ -103,7 +107,7 @@ def build_cmd(
     opts = b.BuildOptions(log_dir=log_dir.resolve(), force=force or no_cache or record_digests, no_cache=no_cache,
                           ca_bundle=ca_bundle, jobs=jobs, base_mirror=base_mirror, bootstrap_base=bootstrap_base,
                           registry=hits or None, record_digests=record_digests,
-                          replace_digests=force)
+                          replace_digests=force, keep_layers=keep_layers)
     project = Project.for_matrix(path)
     client = engine.connect()
     if parent is not None:

@@ -50,4 +50,4 @@ def prune_cmd(
     if not dry_run:
         typer.echo(f"freed {freed / 1e9:.2f} GB ({len(names)} images)")
         if image_name is None and (cached := blobs.clear()):
-            typer.echo(f"freed {cached / 1e9:.2f} GB of compressed layers kept for pushes ({blobs.root()})")
+            typer.echo(f"freed {cached / 1e9:.2f} GB of layers kept for pushes ({blobs.root()})")

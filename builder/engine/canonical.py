@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -33,7 +34,7 @@ import docker.errors
 
 from .. import scratch
 from ..oci import layer
-from ..oci.assembly import Assembly, Pending, Spooled
+from ..oci.assembly import Assembly, LayerCopy, Pending, Spooled, closing
 from ..oci.config import Base
 from ..oci.layer import Indexed, index
 from ..pins.digests import Digests
@@ -53,6 +54,7 @@ class Assembled:
     image_id: str
     digests: Digests  # what the image is made of, for the committed digests (pins/digests)
     clamped: tuple[str, ...] = ()  # "layer N: path" for entries dated after the epoch, written at it
+    config: bytes = b""  # the config's bytes, as the engine took them
 
 
 def _layers(client: docker.DockerClient, image_id: str, into: Path,
@@ -80,9 +82,10 @@ def base_on(client: docker.DockerClient, image_id: str) -> Base:
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
-             written: Sequence[Pending], version: str) -> Assembled:
+             written: Sequence[Pending], version: str, copies: Callable[[], LayerCopy] | None = None) -> Assembled:
     """The built image with every layer above the bottom `keep` (the base's) written canonically, then the
     layers imgbuild wrote itself (`written`, engine/direct), and its config; loaded, and its ID returned.
+    With `copies`, each layer written goes to a copy of its own as well (Assembly).
 
     The built image is read (`docker save`) only where something of it is rewritten or must travel along:
     a skeleton on a runtime image that the engine holds by chain ID is not read at all."""
@@ -99,14 +102,15 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
         if written:
             config = {**config, "history": _with_steps(list(config.get("history") or []),  # type: ignore[call-overload]
                                                        [w.created_by for w in written])}
-        assembly = Assembly(layers, keep, carry, config, epoch)
+        assembly = Assembly(layers, keep, carry, config, epoch, copies)
         loaded = load(client, assembly.chunks()) if carry else _staged_load(client, assembly, config)
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
                   if not h.get("empty_layer"))
     return Assembled(loaded or config_digest,
                      Digests(version, config_digest, tuple(assembly.diff_ids),
-                             steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped))
+                             steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped),
+                     assembly.config_bytes)
 
 
 def _staged_load(client: docker.DockerClient, assembly: Assembly, config: dict[str, object]) -> str | None:
@@ -126,6 +130,30 @@ def _staged_load(client: docker.DockerClient, assembly: Assembly, config: dict[s
         for image_id in staging:
             with contextlib.suppress(docker.errors.APIError):
                 client.api.remove_image(image_id)
+
+
+@contextlib.contextmanager
+def bottom(client: docker.DockerClient, image_id: str, count: int) -> Iterator[str | None]:
+    """An image of the bottom `count` layers of `image_id` alone, so that a save reads those alone: loaded by
+    chain ID from a config and a manifest (nothing sent: the engine has the layers), and removed after; it
+    carries the image's labels and a staging label of its own, like _staged_load's. None on the containerd
+    store, which takes no layer by chain ID."""
+    if containerd_store(client.info()):
+        yield None
+        return
+    attrs = client.api.inspect_image(image_id)  # type: ignore[no-untyped-call]
+    labels = {**((attrs.get("Config") or {}).get("Labels") or {}), STAGING_LABEL: secrets.token_hex(8)}
+    config = json.dumps({"architecture": attrs.get("Architecture") or "amd64", "os": attrs.get("Os") or "linux",
+                         "config": {"Labels": labels},
+                         "rootfs": {"type": "layers", "diff_ids": list(attrs["RootFS"]["Layers"][:count])}},
+                        sort_keys=True, separators=(",", ":")).encode()
+    loaded = load(client, closing(config, [f"{i}/layer.tar" for i in range(count)]))
+    loaded = loaded or "sha256:" + hashlib.sha256(config).hexdigest()
+    try:
+        yield loaded
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.remove_image(loaded)
 
 
 def _with_steps(history: list[dict[str, object]], steps: list[str]) -> list[dict[str, object]]:

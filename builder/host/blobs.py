@@ -5,6 +5,9 @@ sha256/<hex>       a blob (a compressed layer, a config), named by the sha256 of
 layers/<key>       the digest of a layer's compressed blob; key: sha256 of the compressor's version and the
                    layer's diffID (one layer compressed by another writer is another blob)
 images/<image ID>  the digest of that image's config blob
+raw/<hex>          a layer's uncompressed tar, named by its diffID: kept by `imgbuild build --keep-layers` as
+                   it writes the layer, compressed (and removed) by the image's next push instead of reading
+                   the layer back from the engine
 
 A push of bytes already pushed (another registry, a promotion, the same image again) then neither reads
 the image from the engine nor compresses a layer. A blob is checked against its name whenever it is used:
@@ -19,7 +22,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 from .. import scratch as scratch_dirs
 from ..patterns import DIGEST
@@ -123,10 +128,11 @@ def fetch(digest: str, target: Path) -> None:
 
 
 def clear() -> int:
-    """Empty the cache, but for the scratch directories of pushes running now; the bytes of blobs freed."""
+    """Empty the cache, but for the scratch directories of pushes and builds running now; the bytes of blobs
+    and kept layers freed."""
     freed = 0
     if root().is_dir():
-        for path in (root() / "sha256").glob("*"):
+        for path in [*(root() / "sha256").glob("*"), *(root() / "raw").glob("*")]:
             with contextlib.suppress(OSError):
                 if path.is_file() and path.stat().st_nlink == 1:
                     freed += path.stat().st_size
@@ -137,3 +143,56 @@ def clear() -> int:
         with contextlib.suppress(OSError):  # empty unless a push is running
             root().rmdir()
     return freed
+
+
+def kept(diff_id: str) -> Path | None:
+    """The layer tar a build kept for `diff_id` (`keeping`), if there is one; its bytes are checked by
+    whoever reads it."""
+    path = root() / "raw" / diff_id.removeprefix("sha256:")
+    return path if DIGEST.fullmatch(diff_id) and path.is_file() else None
+
+
+def drop_kept(diff_id: str) -> None:
+    if (path := kept(diff_id)) is not None:
+        path.unlink(missing_ok=True)
+
+
+class _Copy:
+    """One layer's tar written aside while the build writes it, kept under its diffID once whole."""
+
+    def __init__(self, directory: Path) -> None:
+        self._file: IO[bytes] = tempfile.NamedTemporaryFile(dir=directory, prefix=".part-", delete=False)  # noqa: SIM115
+        self._kept = False
+
+    def write(self, data: bytes, /) -> object:
+        return self._file.write(data)
+
+    def done(self, diff_id: str) -> None:
+        self._file.close()
+        (root() / "raw").mkdir(parents=True, exist_ok=True)
+        Path(self._file.name).replace(root() / "raw" / diff_id.removeprefix("sha256:"))
+        self._kept = True
+
+    def close(self) -> None:
+        self._file.close()
+        if not self._kept:
+            Path(self._file.name).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def keeping() -> Iterator[Callable[[], _Copy]]:
+    """Copies of the layers a build writes, each kept under its diffID once whole (`kept`); the partial
+    copies of a killed run lie in a scratch directory the next run removes."""
+    with scratch("keep") as tmp:
+        yield lambda: _Copy(tmp)
+
+
+def keep_config(image_id: str, data: bytes) -> None:
+    """Keep an image's config blob, as a push takes it (`config`)."""
+    target = _blob("sha256:" + hashlib.sha256(data).hexdigest())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".")
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    remember("sha256:" + hashlib.sha256(data).hexdigest(), Path(tmp), image_id=image_id)
+    Path(tmp).unlink(missing_ok=True)

@@ -13,7 +13,7 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from . import layer
 from .config import canonical_config
@@ -56,6 +56,17 @@ class Spooled:
     below: dict[str, Key] = field(default_factory=dict)
 
 
+class LayerCopy(Protocol):
+    """Where a copy of a layer's canonical tar goes while it is written (host/blobs keeps it for a push):
+    `done` once the whole layer went through, with its diffID; `close` always, after."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+    def done(self, diff_id: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Assembly:
     """The `docker load` archive of the canonical image, written as the engine reads it: each layer above
     the bottom `keep` rewritten from its spool while the engine stores the one before, so the rewrite and
@@ -63,8 +74,9 @@ class Assembly:
     once it is read to the end."""
 
     def __init__(self, layers: list[Spooled | Pending], keep: int, carry: bool, config: dict[str, object],
-                 epoch: int) -> None:
+                 epoch: int, copies: Callable[[], LayerCopy] | None = None) -> None:
         self._layers, self._keep, self._carry, self._config, self._epoch = layers, keep, carry, config, epoch
+        self._copies = copies  # a copy of each layer written above the bottom `keep`, where it is asked for
         self.diff_ids: list[str] = []
         self.clamped: list[str] = []  # entries above the base dated after the epoch, written at it
         self.config_bytes = b""
@@ -128,11 +140,20 @@ class Assembly:
             self.clamped += [f"layer {i}: /{n}" for n in spooled.layer.late]
             yield archive_member(name, planned.size)
             digest = hashlib.sha256()
-            with spooled.written or _open(spooled.path) as src:
-                for chunk in layer.write(planned, src):
-                    digest.update(chunk)
-                    yield chunk
-            diff_id = "sha256:" + digest.hexdigest()
+            copy = self._copies() if self._copies is not None else None
+            try:
+                with spooled.written or _open(spooled.path) as src:
+                    for chunk in layer.write(planned, src):
+                        digest.update(chunk)
+                        if copy is not None:
+                            copy.write(chunk)
+                        yield chunk
+                diff_id = "sha256:" + digest.hexdigest()
+                if copy is not None:
+                    copy.done(diff_id)
+            finally:
+                if copy is not None:
+                    copy.close()
         apply(view, changes)
         self.diff_ids.append(diff_id)
 

@@ -56,6 +56,8 @@ class Layout:
     layers: tuple[Blob, ...]  # compressed, bottom first
     diff_ids: tuple[str, ...]
     cached: bool = False  # taken whole from the blob cache: nothing read from the engine or compressed
+    from_build: int = 0  # layers compressed from the copies a build kept (imgbuild build --keep-layers)
+    from_engine: int = 0  # layers read back from the engine (docker save) and compressed
 
 
 def _piece(previous: bytes, data: bytes, last: bool) -> bytes:

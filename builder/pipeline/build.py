@@ -20,7 +20,7 @@ from ..engine import bases, bytecode, canonical, direct, images, prune, step
 from ..engine import client as engine
 from ..engine.build import Builder, BuildFailed, ClassicBuilder, Interrupted
 from ..errors import UserError
-from ..host import state, wheel_server
+from ..host import blobs, state, wheel_server
 from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.project import Project
 from ..matrix.resolve import Resolution
@@ -49,6 +49,7 @@ class BuildOptions:
     bootstrap_base: bool = False  # bootstrap an OS base that is neither here nor pullable
     record_digests: bool = False  # write a canonical image's digests next to its lock (pins/digests)
     replace_digests: bool = False  # with record_digests: also where other digests are committed (--force)
+    keep_layers: bool = False  # keep the layers imgbuild writes, uncompressed, for the image's first push (host/blobs)
     # What turns a context into an image: the engine's classic builder unless another joins.
     builder: Callable[[engine.Client], Builder] = ClassicBuilder
 
@@ -332,7 +333,8 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
                                                             {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
             built_id.set_result(built)
             space.check(needs(client, pins, build_inputs.files, built))  # now with the skeleton's size
-            result = _write_direct(client, v, project, pins, built, build_inputs, Path(tmp), pending, log_path, rep)
+            result = _write_direct(client, v, project, pins, built, build_inputs, Path(tmp), pending, log_path, rep,
+                                   opts.keep_layers)
     except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
         raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
     except OSError as exc:
@@ -392,17 +394,24 @@ def _filled(exc: OSError) -> str:
 
 def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pinned, built: str,
                   build_inputs: BuildInputs, tmp: Path, pending: list[Pending], log_path: Path,
-                  rep: Reporter) -> canonical.Assembled:
+                  rep: Reporter, keep_layers: bool) -> canonical.Assembled:
     """The image from the engine's skeleton `built` and the layers imgbuild writes (`pending`, engine/direct),
-    loaded while the later layers are still being written; a devel image's toolkit step (engine/step) first."""
+    loaded while the later layers are still being written; a devel image's toolkit step (engine/step) first.
+    With `keep_layers`, a copy of each layer written and the config stay in the blob cache for a push."""
     if pins.debs is not None and pins.debs_path is not None:
         rep.begin(v.name, "running the toolkit step in a container of the runtime image")
         toolkit = _toolkit_step(client, v, project, pins.debs, pins.debs_path, build_inputs.base_ref, tmp,
                                 log_path, rep)
         pending = [Pending(toolkit.created_by, lambda: toolkit), *pending]
     rep.begin(v.name, f"writing {len(pins.layers)} wheel layers and the rootfs/ layer, loading them as they are done")
-    return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
-                              ", ".join(writers(v)))
+    if not keep_layers:
+        return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
+                                  ", ".join(writers(v)))
+    with blobs.keeping() as copies:
+        result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
+                                    ", ".join(writers(v)), copies)
+    blobs.keep_config(result.image_id, result.config)
+    return result
 
 
 def _toolkit_step(client: engine.Client, v: Variant, project: Project, debs: deblock.DebLock, debs_path: Path,

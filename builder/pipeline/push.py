@@ -124,7 +124,9 @@ def publish(client: engine.Client, v: Variant, registry_ns: str, auth: dict[str,
         say(f"{v.name}: writing the layout to publish")
         packed = pack.write(client, image_id, Path(tmp) / "oci")
         say(f"{v.name}: " + ("every blob taken from the blob cache, checked: nothing compressed" if packed.cached
-                             else f"every layer compressed here, kept in {blobs.root()} for the next push"))
+                             else f"{packed.from_build} layers compressed from the build's copies, "
+                                  f"{packed.from_engine} read from the engine and compressed, kept in "
+                                  f"{blobs.root()} for the next push"))
         state = check(committed, packed, v.name)
         authfile = _authfile(Path(tmp), refs, auth)
         for i, ref in enumerate(order):

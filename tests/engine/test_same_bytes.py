@@ -1,8 +1,9 @@
 """One variant, the same bytes from every engine of the test bed: `imgbuild build` on the host
 engine (Docker 20.10, overlay2) and on Docker 28.5 with overlay2 and with the containerd image store gives
 one config digest and one list of diffIDs, and `imgbuild push` of it from each gives one manifest digest in
-the registry, and the layers match committed values. The small variant takes every kind of layer a torch
-image has (the OS step, a wheel layer, the rootfs/ layer); the torch image's figures are in the README."""
+the registry (also from the copies a build with --keep-layers kept), and the layers match committed
+values. The small variant takes every kind of layer a torch image has (the OS step, a wheel layer, the
+rootfs/ layer); the torch image's figures are in the README."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from builder.engine import client as engine
 from builder.engine import saved
+from builder.engine.canonical import STAGING_LABEL
 
 from ..conftest import ROOT, debian12_base, imgbuild, remove_made
 from ..engines import InnerEngine
@@ -57,6 +59,20 @@ def _build(tmp_path: Path, matrix: Path, label: str, env: dict[str, str], client
                       env={**env, "IMGBUILD_BLOB_CACHE": str(tmp_path / f"{label}-blobs")}, timeout=1800)
     assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
     pushed = json.loads((tmp_path / f"{label}-pushed.json").read_text())[0]
+    # The release's path: built again keeping its layers, pushed with a fresh blob cache from those copies;
+    # the engine is read for the base's layer alone, and the manifest is the same.
+    kept = {**env, "IMGBUILD_BLOB_CACHE": str(tmp_path / f"{label}-kept")}
+    result = imgbuild("build", "--force", "--keep-layers", "--matrix", str(matrix), "--log-dir",
+                      str(tmp_path / "logs"), env=kept, timeout=1800)
+    assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
+    result = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry",
+                      f"{registry_ns}-kept", "--force", "--json", str(tmp_path / f"{label}-kept.json"), env=kept,
+                      timeout=1800)
+    assert result.returncode == 0, (label, (result.stdout + result.stderr)[-3000:])
+    assert "3 layers compressed from the build's copies, 1 read from the engine" in result.stderr, (
+        label, result.stderr[-2000:])
+    assert json.loads((tmp_path / f"{label}-kept.json").read_text())[0]["digest"] == pushed["digest"], label
+    assert client.images.list(filters={"label": STAGING_LABEL}) == [], label
     return ("sha256:" + hashlib.sha256(image.config_bytes).hexdigest(), [image.diff_ids[p] for p in image.layers],
             pushed["digest"])
 

@@ -58,3 +58,22 @@ def test_clear_empties_the_cache_and_counts_what_it_freed(tmp_path: Path, cache:
     (tmp_path / "part").unlink()  # the cache's copy is then the only one
     assert blobs.clear() == 1000
     assert not cache.exists()
+
+
+def test_a_build_keeps_a_copy_only_once_it_is_whole_and_clear_removes_it(cache: Path) -> None:
+    data = b"layer tar" * 100
+    diff_id = "sha256:" + hashlib.sha256(data).hexdigest()
+    with blobs.keeping() as copies:
+        whole, cut = copies(), copies()
+        for copy in (whole, cut):
+            copy.write(data[:50])
+        whole.write(data[50:])
+        whole.done(diff_id)
+        whole.close()
+        cut.close()  # the build failed before the layer's end
+    kept = blobs.kept(diff_id)
+    assert kept is not None and kept.read_bytes() == data
+    assert sorted(p.name for p in cache.iterdir()) == ["raw"], "no partial copy left, no scratch directory"
+    assert blobs.kept("sha256:" + "e" * 64) is None and blobs.kept("../raw") is None
+    assert blobs.clear() == len(data)
+    assert blobs.kept(diff_id) is None

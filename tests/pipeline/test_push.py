@@ -16,6 +16,7 @@ import pytest
 
 from builder.checks import records
 from builder.engine import client as engine
+from builder.engine.canonical import STAGING_LABEL
 from builder.registry import skopeo as registry_client
 
 from ..conftest import ROOT, imgbuild, remove_made
@@ -235,6 +236,51 @@ def test_a_second_push_of_the_same_bytes_compresses_nothing_and_a_damaged_blob_i
     assert from_cache == [False, True, False], "compressed, then taken from the cache, then made again"
     assert len(manifests[0]) == 1 and manifests[0] == manifests[1] == manifests[2], manifests
     assert biggest.stat().st_size > len(b"cut short"), "the damaged blob was written whole again"
+
+
+def test_a_build_that_keeps_its_layers_gives_the_push_the_same_manifest_without_reading_them_back(
+        client: docker.DockerClient, small_image: tuple[Path, str], tmp_path: Path) -> None:
+    """`build --keep-layers` copies each layer it writes (all above the base) into the blob cache, named by
+    its diffID; the push compresses those copies, reads from the engine only the base's layers (through an
+    image of those alone, removed after), publishes the manifest a push that reads the whole image publishes,
+    and drops the copies. A copy altered since is not trusted: that layer is read from the engine instead."""
+    matrix, image_id = small_image
+    diff_ids = client.images.get(image_id).attrs["RootFS"]["Layers"]
+    counts, manifests, copies = [], [], []
+    with registry(tmp_path) as host:
+        for case in ("plain", "kept", "altered"):
+            cache = tmp_path / case
+            env = {"IMGBUILD_BLOB_CACHE": str(cache)}
+            if case != "plain":
+                built = imgbuild("build", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--force",
+                                 "--keep-layers", "--log-dir", str(tmp_path / "logs"), timeout=1200, env=env)
+                assert built.returncode == 0, built.stderr[-3000:]
+                assert str(client.images.get(f"{NAME}:{TAGS[1]}").id) == image_id, "the same image"
+                kept = sorted((cache / "raw").iterdir(), key=lambda p: p.stat().st_size)
+                copies.append(len(kept))
+                assert ["sha256:" + p.name for p in kept if "sha256:" + p.name not in diff_ids] == []
+                if case == "altered":  # one byte of the largest copy changed, as another tool might
+                    with kept[-1].open("r+b") as f:
+                        f.seek(kept[-1].stat().st_size // 2)
+                        byte = f.read(1)
+                        f.seek(-1, 1)
+                        f.write(bytes([byte[0] ^ 1]))
+            result = imgbuild("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry",
+                              f"{host}/{case}", "--force", timeout=600, env=env)
+            assert result.returncode == 0, result.stderr[-3000:]
+            said = re.search(r"(\d+) layers compressed from the build's copies, (\d+) read from the engine",
+                             result.stderr)
+            assert said, result.stderr[-2000:]
+            counts.append((int(said[1]), int(said[2])))
+            manifests.append(set(re.findall(r"@(sha256:[0-9a-f]{64})$", result.stdout, flags=re.M)))
+            assert not list((cache / "raw").glob("*")), "the copies are compressed now: dropped"
+    base = len(diff_ids) - copies[0]
+    assert copies[0] == copies[1] > 0 and base > 0, (copies, len(diff_ids))
+    assert counts[0] == (0, len(set(diff_ids))), counts
+    assert counts[1] == (copies[0], len(set(diff_ids[:base]))), "the base's layers alone read from the engine"
+    assert counts[2][0] == copies[0] - 1 and counts[2][1] > counts[1][1], counts
+    assert len(manifests[0]) == 1 and manifests[0] == manifests[1] == manifests[2], manifests
+    assert client.images.list(filters={"label": STAGING_LABEL}) == [], "no image of the base's layers left"
 
 
 def test_a_registry_that_answers_slowly_and_with_5xx_at_random_gets_the_push_and_the_lookup_through(

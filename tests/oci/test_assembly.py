@@ -1,0 +1,82 @@
+"""oci/assembly: the `docker load` archive of an image imgbuild writes, here the copies of its layers that a
+build keeps for a push (`imgbuild build --keep-layers`)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+
+import pytest
+
+from builder.oci import layer, tree
+from builder.oci.assembly import Assembly, Pending, Written
+
+EPOCH = 1_700_000_000
+
+
+def written(files: dict[str, bytes]) -> Written:
+    out = io.BytesIO()
+    spool = tree.Spool(out, tree.Rule("", (0, 0)), EPOCH)
+    for path, data in files.items():
+        spool.add(tree.Rule("", (0, 0)).node(path, data, 0o644))
+    spool.close()
+    out.seek(0)
+    return Written(out, layer.index(out, EPOCH, hashed=False), f"imgbuild: files {sorted(files)}")
+
+
+class Copy:
+    """A copy as host/blobs keeps one, in memory."""
+
+    def __init__(self, made: list[Copy]) -> None:
+        self.data, self.kept, self.closed = b"", "", False
+        made.append(self)
+
+    def write(self, data: bytes, /) -> object:
+        self.data += data
+        return len(data)
+
+    def done(self, diff_id: str) -> None:
+        self.kept = diff_id
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_each_layer_written_has_a_copy_of_exactly_its_bytes_kept_under_its_diff_id() -> None:
+    made: list[Copy] = []
+    layers = [written({"etc/a": b"a" * 3000}), written({"opt/b/c.py": b"print(1)\n", "opt/b/d": b""})]
+    pending = [Pending(w.created_by, lambda w=w: w) for w in layers]  # type: ignore[misc]
+    assembly = Assembly(list(pending), 0, False, {"architecture": "amd64", "os": "linux"}, EPOCH,
+                        lambda: Copy(made))
+    archive = b"".join(assembly.chunks())
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = [tar.extractfile(f"{i}/layer.tar").read() for i in range(2)]  # type: ignore[union-attr]
+    assert [c.data for c in made] == members, "each copy is its layer's member, byte for byte"
+    assert [c.kept for c in made] == ["sha256:" + hashlib.sha256(m).hexdigest() for m in members]
+    assert [c.kept for c in made] == assembly.diff_ids
+    assert all(c.closed for c in made)
+
+
+def test_a_layer_that_fails_while_it_is_written_leaves_its_copy_closed_and_not_kept() -> None:
+    made: list[Copy] = []
+
+    def failing() -> Written:
+        raise layer.LayerError("the worker failed")
+
+    good = written({"etc/a": b"a"})
+    assembly = Assembly([Pending(good.created_by, lambda: good), Pending("imgbuild: broken", failing)], 0, False,
+                        {}, EPOCH, lambda: Copy(made))
+    chunks = assembly.chunks()
+    with pytest.raises(layer.LayerError):
+        for _ in chunks:
+            pass
+    assert len(made) == 1 and made[0].kept and made[0].closed, "the whole layer before it is kept"
+
+    made.clear()
+    cut = Assembly([Pending(good.created_by, lambda: written({"etc/a": b"a" * 100_000}))], 0, False, {}, EPOCH,
+                   lambda: Copy(made))
+    stream = cut.chunks()
+    next(stream), next(stream)  # the member's header, then part of the layer
+    stream.close()  # the reader went away (the engine failed the load, Ctrl-C)
+    assert len(made) == 1 and made[0].closed and not made[0].kept, "a copy cut short is never kept"
