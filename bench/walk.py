@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -74,6 +75,7 @@ def main() -> None:
         matrix = small_project(Path(tmp), "imgbuild-walk")
         sys.argv = ["imgbuild", "build", "--matrix", str(matrix), "--force", "--registry", "",
                     "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "--log-dir", str(Path(tmp) / "logs")]
+        threading.setprofile(profile)  # the build's worker threads (the layers written, the loads) too
         sys.setprofile(profile)
         try:
             imgbuild()
@@ -82,6 +84,7 @@ def main() -> None:
                 raise
         finally:
             sys.setprofile(None)
+            threading.setprofile(None)
         subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", "prune", "--matrix",
                         str(matrix)], cwd=checkout, capture_output=True, check=False, timeout=300)
     if each:

@@ -30,9 +30,8 @@ from ..matrix.variant import Variant
 from ..oci import layer, tree, wheel
 from ..oci.assembly import Pending, Written
 from ..oci.layer import Indexed
-from ..pins import lockfile, wheels
-from ..pins.layers import WheelLayer
-from ..pins.wheelfiles import Target
+from ..pins import lockfile
+from ..pins.layers import CachedLayer
 from . import bytecode
 
 VERSION = f"direct 1 ({layer.VERSION}, {wheel.INSTALLER.decode().strip()} installer, bytecode {bytecode.SCRIPT_DIGEST})"
@@ -88,17 +87,14 @@ def _tar_size(members: list[tuple[str, int]]) -> int:
     return sum(n + _ENTRY for _, n in members) + _ENTRY * len(directories) + 2 * tarfile.RECORDSIZE
 
 
-def planned_sizes(layers: Sequence[WheelLayer], target: Target, files: tuple[ContextFile, ...]) -> list[int]:
+def planned_sizes(layers: Sequence[CachedLayer], files: tuple[ContextFile, ...]) -> list[int]:
     """An upper estimate of each layer's plain tar, before anything is written, from the cached wheels' zip
     directories (nothing is unzipped): every member unpacked, and a bytecode file beside each module taken
     as no larger than its source. The rootfs/ layer last, when there is one."""
     sizes = []
-    for wl in layers:
+    for cl in layers:
         members: list[tuple[str, int]] = []
-        for entry in lockfile.parse(wl.text, f"layer {wl.name}").entries:
-            found = wheels.cached(entry, target)
-            if found is None:
-                continue
+        for found, _ in cl.wheels:
             with contextlib.suppress(OSError, zipfile.BadZipFile), zipfile.ZipFile(found) as z:
                 for info in z.infolist():
                     members.append((f"{VENV}/{info.filename}", info.file_size))
@@ -132,34 +128,33 @@ def _spooled(into: Path, fill: Callable[[tree.Spool], None], rule: tree.Rule, ep
         raise
 
 
-def wheel_layer(client: docker.DockerClient, below: Future[str], python: str, wl: WheelLayer, target: Target,
-                pip: bool, into: Path, epoch: int) -> Written:
+class DamagedWheel(Exception):
+    """A cached wheel that does not unzip: cut short or altered since it was checked against the lock (a full
+    disk, another tool). zipfile's CRC and the wheel's RECORD find it while it is read, at no extra cost; the
+    build takes it out of the cache (pipeline/build)."""
+
+    def __init__(self, path: Path, entry: lockfile.Locked, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.entry, self.reason = path, entry, reason
+
+
+def wheel_layer(client: docker.DockerClient, below: Future[str], python: str, cl: CachedLayer, pip: bool,
+                into: Path, epoch: int) -> Written:
     """One wheel layer: its wheels installed as files, then their bytecode (and with `pip`, pip) from a
     container of the image `below`, once it is there; `below` cancelled stops it between two wheels."""
     venv = wheel.Venv(VENV, python)
     rule = tree.Rule(VENV, VENV_OWNER)
-    entries = lockfile.parse(wl.text, f"layer {wl.name}").entries
-    paths: dict[Path, lockfile.Locked] = {}
-    for entry in entries:
-        found = wheels.cached(entry, target)
-        if found is None:  # prepare_wheels made every one present just before
-            raise UserError(f"{entry.name}=={entry.version} is not in the wheel cache ({wheels.root()}); run the "
-                            f"build again")
-        paths[found] = entry
+    wl = cl.layer
 
     def fill(spool: tree.Spool) -> None:
         sources: dict[str, bytes] = {}
-        for path in sorted(paths, key=lambda p: p.name):
+        for path, entry in cl.wheels:
             if below.cancelled():  # the skeleton's build failed or was interrupted
                 raise CancelledError
             try:
                 files = wheel.install(path.name, path.read_bytes(), venv)
             except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-                # Cut short or altered since it was checked against the lock (a full disk, another tool):
-                # zipfile's CRC and the wheel's RECORD find it while it is read, at no extra cost.
-                wheels.forget(paths[path], path)
-                raise UserError(f"{path}: the cached wheel is damaged ({exc}); it was removed from the cache: run "
-                                f"the build again to download it anew") from None
+                raise DamagedWheel(path, entry, str(exc)) from None
             except wheel.WheelError as exc:
                 raise UserError(f"layer {wl.name}: {exc}") from None
             for f in files:
@@ -173,7 +168,7 @@ def wheel_layer(client: docker.DockerClient, below: Future[str], python: str, wl
         for node in compiled:
             spool.add(rule.node(node.path, node.data, node.mode & 0o755, node.link))
 
-    return Written(*_spooled(into, fill, rule, epoch), wheel_step(wl))
+    return Written(*_spooled(into, fill, rule, epoch), wl.step)
 
 
 def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Written:
@@ -189,8 +184,8 @@ def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Writt
 
 
 @contextlib.contextmanager
-def writing(client: docker.DockerClient, v: Variant, layers: Sequence[WheelLayer], target: Target,
-            files: tuple[ContextFile, ...], into: Path, epoch: int) -> Iterator[tuple[Future[str], list[Pending]]]:
+def writing(client: docker.DockerClient, v: Variant, layers: Sequence[CachedLayer], files: tuple[ContextFile, ...],
+            into: Path, epoch: int) -> Iterator[tuple[Future[str], list[Pending]]]:
     """Every layer imgbuild writes for `v` above its skeleton image, bottom first, written on worker threads
     from the start of the block: the wheels are unzipped while the engine still builds the skeleton (a few
     steps that leave the CPUs mostly idle), and each layer waits for the skeleton image only to compile its
@@ -201,10 +196,10 @@ def writing(client: docker.DockerClient, v: Variant, layers: Sequence[WheelLayer
     pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="imgbuild-layer")
     try:
         pending = []
-        for i, wl in enumerate(layers):
+        for i, cl in enumerate(layers):
             pip = not v.parent and i == len(layers) - 1  # the last layer of an image on an OS base brings pip
-            future = pool.submit(wheel_layer, client, skeleton, v.python, wl, target, pip, into, epoch)
-            pending.append(Pending(wheel_step(wl), future.result))
+            future = pool.submit(wheel_layer, client, skeleton, v.python, cl, pip, into, epoch)
+            pending.append(Pending(cl.layer.step, future.result))
         if any(f.path.startswith(ROOTFS + "/") for f in files):
             future = pool.submit(files_layer, files, into, epoch)
             pending.append(Pending(FILES_STEP, future.result))
@@ -212,10 +207,6 @@ def writing(client: docker.DockerClient, v: Variant, layers: Sequence[WheelLayer
     finally:
         skeleton.cancel()  # (nothing once it is set) the workers waiting for it stop
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def wheel_step(wl: WheelLayer) -> str:
-    return f"imgbuild: layer {wl.name}: {wl.summary}"
 
 
 def temporary() -> contextlib.AbstractContextManager[Path]:

@@ -4,6 +4,7 @@ Dockerfile by their SHA-256, and where the build's RUN steps fetch them (the hos
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..matrix.project import Project
 from ..matrix.variant import Variant
@@ -32,6 +33,20 @@ class WheelLayer:
         names = [line.split("==", 1)[0] for line in self.text.splitlines() if "==" in line]
         shown = ", ".join(names[:16]) + (f" and {len(names) - 16} more" if len(names) > 16 else "")
         return f"{len(names)} wheels: {shown}"
+
+    @property
+    def step(self) -> str:
+        """The layer's step in the image's history (engine/canonical tells a wheel layer by its start)."""
+        return f"imgbuild: layer {self.name}: {self.summary}"
+
+
+@dataclass(frozen=True)
+class CachedLayer:
+    """A wheel layer as a build writes it: each of its locked wheels' files in the wheel cache, in the order of
+    their file names (pins/wheels.in_cache)."""
+
+    layer: WheelLayer
+    wheels: tuple[tuple[Path, lockfile.Locked], ...]
 
 
 def wheel_layers(v: Variant, project: Project) -> list[WheelLayer]:

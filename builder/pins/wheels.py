@@ -25,7 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,8 @@ from pathlib import Path
 from .. import scratch, space
 from ..errors import UserError
 from ..matrix.facts import InstallerFacts
+from . import lockfile
+from .layers import CachedLayer, WheelLayer
 from .lockfile import PYPI_SIMPLE, Lock, Locked, digest
 from .wheelfiles import Candidate, Target, best_file, candidates, open_url, rank, reason, ssl_context
 
@@ -64,6 +66,21 @@ def cached(entry: Locked, target: Target, ranks: dict[str, int] | None = None) -
     """The cached wheel for `entry` that fits `target` best, if one is here."""
     found = _best(entry, target, ranks)
     return found[0] if found else None
+
+
+def in_cache(layers: Sequence[WheelLayer], target: Target) -> tuple[CachedLayer, ...]:
+    """Each layer's wheels as files of the cache, once `ensure` has made them present."""
+    found = []
+    for wl in layers:
+        files = []
+        for entry in lockfile.parse(wl.text, f"layer {wl.name}").entries:
+            path = cached(entry, target)
+            if path is None:
+                raise UserError(f"{entry.name}=={entry.version} is not in the wheel cache ({root()}); run the "
+                                f"build again")
+            files.append((path, entry))
+        found.append(CachedLayer(wl, tuple(sorted(files, key=lambda f: f[0].name))))
+    return tuple(found)
 
 
 def forget(entry: Locked, wheel: Path) -> None:

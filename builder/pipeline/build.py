@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +31,7 @@ from ..oci.layer import LayerError
 from ..pins import deblock, lockfile, wheels
 from ..pins import debs as host_debs
 from ..pins import digests as expected
-from ..pins.layers import WHEEL_URL, WheelLayer, wheel_layers
+from ..pins.layers import WHEEL_URL, CachedLayer, WheelLayer, wheel_layers
 from ..pins.wheelfiles import Target, target_of
 from ..progress import Reporter
 from ..registry import skopeo as registry
@@ -319,24 +319,29 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
                                client.images.get(pulled).attrs.get("Size"))
     pins = pinned(res, v, project)
     fetched = prepare_wheels(client, v, pins, opts, rep)
+    layers = wheels.in_cache(pins.layers, pins.target)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = opts.log_dir / f"{v.name}.log"
-    space.check(needs(client, pins, build_inputs.files, build_inputs.base_ref))
+    space.check(needs(client, pins, layers, build_inputs.files, build_inputs.base_ref))
     tar = context_tar(skeleton(v, project), v.source_date_epoch)
     for container in prune.leftover_containers(client):  # before this build starts one
         rep.say(v.name, f"removed container {container}")
     try:
         # imgbuild's layers are written from here on (engine/direct), the skeleton's build beside them
-        with direct.temporary() as tmp, direct.writing(client, v, pins.layers, pins.target, build_inputs.files,
-                                                       Path(tmp), v.source_date_epoch) as (built_id, pending):
+        with direct.temporary() as tmp, direct.writing(client, v, layers, build_inputs.files, Path(tmp),
+                                                       v.source_date_epoch) as (built_id, pending):
             built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
                                                             {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
             built_id.set_result(built)
-            space.check(needs(client, pins, build_inputs.files, built))  # now with the skeleton's size
+            space.check(needs(client, pins, layers, build_inputs.files, built))  # now with the skeleton's size
             result = _write_direct(client, v, project, pins, built, build_inputs, Path(tmp), pending, log_path, rep,
                                    opts.keep_layers)
     except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
         raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
+    except direct.DamagedWheel as exc:
+        wheels.forget(exc.entry, exc.path)
+        raise UserError(f"{exc.path}: the cached wheel is damaged ({exc.reason}); it was removed from the cache: "
+                        f"run the build again to download it anew") from None
     except OSError as exc:
         if not space.full(exc):
             raise
@@ -365,7 +370,8 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
 UNPACKED_DEBS = 3
 
 
-def needs(client: engine.Client, pins: Pinned, files: tuple[ContextFile, ...], below: str) -> list[space.Need]:
+def needs(client: engine.Client, pins: Pinned, layers: Sequence[CachedLayer], files: tuple[ContextFile, ...],
+          below: str) -> list[space.Need]:
     """The disk space the build takes, known before its first step: in the temporary directory, the
     layers engine/direct writes past the memory budget, a devel image's toolkit step (engine/step, spooled
     whole), and the image `below` them (the base before the build, the skeleton after it), which
@@ -374,14 +380,14 @@ def needs(client: engine.Client, pins: Pinned, files: tuple[ContextFile, ...], b
     same); a toolkit step once more, in its container."""
     image = engine.image_or_none(client, below)
     read_back = int((image.attrs.get("Size") if image is not None else 0) or 0)
-    sizes = direct.planned_sizes(pins.layers, pins.target, files)
+    sizes = direct.planned_sizes(layers, files)
     toolkit = UNPACKED_DEBS * (pins.debs.size if pins.debs is not None else 0)
-    layers, temp = sum(sizes) + toolkit, direct.spilled(sizes) + toolkit + read_back
+    written, temp = sum(sizes) + toolkit, direct.spilled(sizes) + toolkit + read_back
     found = [space.Need("the layers written to the temporary directory", Path(tempfile.gettempdir()), temp,
                         "set TMPDIR to a larger filesystem")]
     root = Path(str(client.info().get("DockerRootDir") or "/nonexistent"))
     if root.is_dir():  # the engine's own disk, where it is on this host
-        found.append(space.Need("the image as the engine loads it (its layers twice)", root, 2 * layers + toolkit,
+        found.append(space.Need("the image as the engine loads it (its layers twice)", root, 2 * written + toolkit,
                                 "remove images the engine no longer needs (`docker image prune`)"))
     return found
 

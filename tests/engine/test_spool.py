@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from builder import space
 from builder.dockerfile.context import REGULAR, ContextFile
 from builder.engine import direct
+from builder.pins.layers import CachedLayer, WheelLayer
+from builder.pins.lockfile import Locked
 
 
 def _files(size: int) -> tuple[ContextFile, ...]:
@@ -43,7 +46,7 @@ def test_within_the_budget_a_layer_stays_in_memory(small_disk: Callable[[int], P
 
 def test_the_estimate_bounds_the_layer_written(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     files = (*_files(300_000), ContextFile("rootfs/etc/x", b"x", REGULAR), ContextFile("Dockerfile", b"F", REGULAR))
-    [planned] = direct.planned_sizes([], None, files)  # type: ignore[arg-type]
+    [planned] = direct.planned_sizes([], files)
     written = direct.files_layer(files, tmp_path, 0)
     size = written.spool.seek(0, 2)
     written.spool.close()
@@ -56,3 +59,22 @@ def test_a_budget_that_is_not_a_number_is_refused_naming_the_variable(monkeypatc
     monkeypatch.setenv("IMGBUILD_SPOOL_MEMORY", "2G")
     with pytest.raises(UserError, match=r"^IMGBUILD_SPOOL_MEMORY='2G': give a number of bytes"):
         direct.memory_budget()
+
+
+def test_a_cached_wheel_that_does_not_unzip_is_named_with_its_pin_and_nothing_is_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel cut short after the build checked it (a full disk, another tool) is found while it is read:
+    the writer names the file and the pin, for the build to take it out of the cache, and leaves no spool."""
+    spools = tmp_path / "spools"
+    spools.mkdir()
+    monkeypatch.setenv("IMGBUILD_SPOOL_MEMORY", "0")  # the layer's tar on disk, where a leftover would show
+    damaged = tmp_path / "six-1.17.0-py2.py3-none-any.whl"
+    damaged.write_bytes(b"PK\x03\x04 cut short")
+    entry = Locked("six", "1.17.0", ("0" * 64,), "six==1.17.0")
+    cl = CachedLayer(WheelLayer("rest", "six==1.17.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"), ((damaged, entry),))
+    skeleton: Future[str] = Future()  # never built: the wheel fails before its bytecode is wanted
+    with pytest.raises(direct.DamagedWheel) as raised:
+        direct.wheel_layer(None, skeleton, "3.11", cl, False, spools, 0)  # type: ignore[arg-type]
+    assert raised.value.path == damaged and raised.value.entry == entry
+    assert "zip file" in raised.value.reason, raised.value.reason
+    assert list(spools.iterdir()) == []

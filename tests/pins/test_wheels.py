@@ -26,7 +26,7 @@ from builder.errors import UserError
 from builder.host import wheel_server
 from builder.matrix.resolve import load
 from builder.pins import lockfile, wheels
-from builder.pins.layers import WHEEL_HOST, WHEEL_PORT, WHEEL_URL
+from builder.pins.layers import WHEEL_HOST, WHEEL_PORT, WHEEL_URL, WheelLayer
 
 from ..conftest import MATRIX
 from ..helpers import lock_text
@@ -96,6 +96,22 @@ def test_the_fitting_wheel_is_downloaded_once_and_checked(cache: Path, index: In
     assert (again.downloaded, again.bytes) == (0, 0), "a second build downloads nothing"
     other_target = wheels.ensure(lock, wheels.Target("3.12", "2.39"), "x.txt", None, said.append)
     assert other_target.downloaded == 1, "the other Python's wheel of the same pin is its own download"
+
+
+def test_a_layer_takes_its_wheels_from_the_cache_in_file_name_order_and_a_missing_one_is_named(
+        cache: Path, index: Index) -> None:
+    zeta = index.serve("zeta", "zeta-1.0-py3-none-any.whl", wheel_bytes("zeta", b"z"))
+    alpha = index.serve("alpha", "alpha-2.0-py3-none-any.whl", wheel_bytes("alpha", b"a"))
+    text = lock_text(index.url, {"zeta": ("1.0", [zeta]), "alpha": ("2.0", [alpha])})
+    layer = WheelLayer("rest", text)
+    wheels.ensure(lockfile.parse(text, "x.txt"), TARGET, "x.txt", None, lambda _: None)
+    [cached] = wheels.in_cache([layer], TARGET)
+    assert cached.layer == layer
+    assert [(p.name, e.name, e.version) for p, e in cached.wheels] == [
+        ("alpha-2.0-py3-none-any.whl", "alpha", "2.0"), ("zeta-1.0-py3-none-any.whl", "zeta", "1.0")]
+    (cache / "files" / "zeta-1.0-py3-none-any.whl").unlink()  # gone since the check (another tool, a prune)
+    with pytest.raises(UserError, match=r"^zeta==1.0 is not in the wheel cache \(.*\); run the build again$"):
+        wheels.in_cache([layer], TARGET)
 
 
 def test_bytes_that_differ_from_the_lock_are_never_cached(cache: Path, index: Index) -> None:
