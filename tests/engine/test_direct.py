@@ -10,25 +10,19 @@ import json
 import re
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
+import docker
 import pytest
 
-from builder.engine import client as engine
 from builder.engine.bytecode import COMPILE_LABEL
 
-from ..conftest import debian12_base, imgbuild, remove_made
+from ..conftest import debian12_base, imgbuild
 from ..helpers import SMALL_VARIANT, small_project
 
 pytestmark = [pytest.mark.engine]
 NAME = "imgbuild-test-direct"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _remove_built() -> Iterator[None]:
-    yield
-    remove_made(engine.connect(), NAME)
 
 
 def _record(name: str, data: bytes) -> str:
@@ -51,8 +45,8 @@ def broken_wheel() -> tuple[str, bytes]:
     return "brokenpkg-1.0-py3-none-any.whl", out.getvalue()
 
 
-def test_a_file_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) -> None:
-    client = engine.connect()
+def test_a_file_that_does_not_compile_fails_the_build_naming_it(client: docker.DockerClient,
+                                                               tmp_path: Path) -> None:
     matrix = small_project(tmp_path / "project", NAME)
     cache = tmp_path / "cache"
     name, data = broken_wheel()
@@ -79,14 +73,15 @@ def test_a_file_that_does_not_compile_fails_the_build_naming_it(tmp_path: Path) 
 
 
 
-def test_a_cached_wheel_cut_short_is_found_before_the_build_and_downloaded_again(tmp_path: Path) -> None:
+def test_a_cached_wheel_cut_short_is_found_before_the_build_and_downloaded_again(client: docker.DockerClient,
+                                                                             tmp_path: Path) -> None:
     """A cached wheel truncated after it was checked (a full disk, a killed copy) never reaches a build step:
     the same command finds it by its size and hash, says so in one line, downloads it again and succeeds."""
     matrix = small_project(tmp_path / "project", NAME)
     cache = tmp_path / "cache"
     build = ("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), "--force")
     env = {"XDG_CACHE_HOME": str(cache)}
-    debian12_base(engine.connect())
+    debian12_base(client)
     result = imgbuild(*build, "--json", str(tmp_path / "first.json"), timeout=1200, env=env)  # fills the cache
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     [six] = (cache / "imgbuild" / "wheels" / "files").glob("six-*.whl")
@@ -104,11 +99,10 @@ def test_a_cached_wheel_cut_short_is_found_before_the_build_and_downloaded_again
 
 
 def test_a_build_that_cannot_fit_its_temporary_directory_is_refused_before_its_first_step(
-        tmp_path: Path, small_disk: Callable[[int], Path]) -> None:
+        client: docker.DockerClient, tmp_path: Path, small_disk: Callable[[int], Path]) -> None:
     """With no memory for its layers and a temporary directory of 2 MB, the small image (pip's layer alone is
     ~10 MB) is refused at once, in one line naming the directory and the sizes: nothing built, nothing tagged,
     nothing left on that disk."""
-    client = engine.connect()
     matrix = small_project(tmp_path / "project", NAME)
     disk = small_disk(2_000_000)
     debian12_base(client)
