@@ -126,8 +126,7 @@ def main() -> None:
     for name, values in builds.items():
         ratio = statistics.median(values) / plain
         lines.append(f"| {name} | {statistics.median(values):.1f} s ({min(values):.1f}-{max(values):.1f}) | "
-                     + ("baseline" if values is builds["imgbuild build --force"] else f"{ratio:.2f}x the time")
-                     + " |")
+                     + ("baseline" if name == "imgbuild build --force" else f"{ratio:.2f}x the time") + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     (RESULTS / "push.md").write_text(text)

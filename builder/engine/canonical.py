@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
@@ -34,7 +33,7 @@ import docker.errors
 
 from .. import scratch
 from ..oci import layer
-from ..oci.assembly import Assembly, LayerCopy, Pending, Spooled, closing
+from ..oci.assembly import Assembly, LayerCopy, Pending, Spooled, closing, staging_config
 from ..oci.config import Base
 from ..oci.layer import Indexed, index
 from ..pins.digests import Digests
@@ -143,10 +142,8 @@ def bottom(client: docker.DockerClient, image_id: str, count: int) -> Iterator[s
         return
     attrs = client.api.inspect_image(image_id)  # type: ignore[no-untyped-call]
     labels = {**((attrs.get("Config") or {}).get("Labels") or {}), STAGING_LABEL: secrets.token_hex(8)}
-    config = json.dumps({"architecture": attrs.get("Architecture") or "amd64", "os": attrs.get("Os") or "linux",
-                         "config": {"Labels": labels},
-                         "rootfs": {"type": "layers", "diff_ids": list(attrs["RootFS"]["Layers"][:count])}},
-                        sort_keys=True, separators=(",", ":")).encode()
+    config = staging_config(attrs.get("Architecture") or "amd64", attrs.get("Os") or "linux", labels,
+                            list(attrs["RootFS"]["Layers"][:count]))
     loaded = load(client, closing(config, [f"{i}/layer.tar" for i in range(count)]))
     loaded = loaded or "sha256:" + hashlib.sha256(config).hexdigest()
     try:

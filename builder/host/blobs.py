@@ -189,10 +189,10 @@ def keeping() -> Iterator[Callable[[], _Copy]]:
 
 def keep_config(image_id: str, data: bytes) -> None:
     """Keep an image's config blob, as a push takes it (`config`)."""
-    target = _blob("sha256:" + hashlib.sha256(data).hexdigest())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".")
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    _blob(digest).parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=_blob(digest).parent, prefix=".")
     with os.fdopen(fd, "wb") as out:
         out.write(data)
-    remember("sha256:" + hashlib.sha256(data).hexdigest(), Path(tmp), image_id=image_id)
+    remember(digest, Path(tmp), image_id=image_id)
     Path(tmp).unlink(missing_ok=True)

@@ -71,7 +71,7 @@ class Saved:
     entries: dict[str, dict[str, Entry]] = field(default_factory=dict)  # filled when asked (verify-repro)
 
 
-class _Hashing(io.RawIOBase):
+class Hashing(io.RawIOBase):
     """Passes a layer's bytes through while hashing them (its diffID); `head` are bytes already read."""
 
     def __init__(self, raw: IO[bytes], head: bytes = b"") -> None:
@@ -98,7 +98,7 @@ def _kind(m: tarfile.TarInfo) -> str:
             else "hardlink" if m.islnk() else "other")
 
 
-def _layer(hashing: _Hashing, epoch: int, index: bool) -> tuple[str, list[str], dict[str, Entry]]:
+def _layer(hashing: Hashing, epoch: int, index: bool) -> tuple[str, list[str], dict[str, Entry]]:
     """One layer tar, streamed: its diffID, its entries newer than `epoch`, and (with `index`) every entry."""
     late: list[str] = []
     listing: dict[str, Entry] = {}
@@ -126,7 +126,7 @@ def read_archive(archive: IO[bytes], epoch: int, index: bool = False,
                  layer_sink: Callable[[str, IO[bytes]], None] | None = None) -> Saved:
     """`read` of an image archive in `docker save`'s forms (also skopeo's docker-archive), from a stream."""
 
-    def layer(path: str, hashing: _Hashing) -> None:
+    def layer(path: str, hashing: Hashing) -> None:
         if layer_sink is None:
             diff_ids[path], late[path], listing = _layer(hashing, epoch, index)
             if index:
@@ -157,11 +157,11 @@ def read_archive(archive: IO[bytes], epoch: int, index: bool = False,
             head = f.read(512)
             raw: IO[bytes] = f
             if blob and head[:2] == b"\x1f\x8b":  # a compressed layer (the containerd store keeps some so)
-                raw = gzip.GzipFile(fileobj=io.BufferedReader(_Hashing(f, head)))  # type: ignore[assignment]
+                raw = gzip.GzipFile(fileobj=io.BufferedReader(Hashing(f, head)))  # type: ignore[assignment]
                 head = raw.read(512)
             # <id>/layer.tar (20.10), blobs/sha256/<diffID> (25+), <diffID>.tar (skopeo's docker-archive)
             if member.name.endswith(".tar") or (blob and head[257:262] == b"ustar"):
-                layer(member.name, _Hashing(raw, head))
+                layer(member.name, Hashing(raw, head))
             elif member.name == "manifest.json":
                 manifest = json.loads(head + f.read())
             elif member.name.endswith(".json") and "/" not in member.name and member.name != "index.json":
@@ -173,7 +173,7 @@ def read_archive(archive: IO[bytes], epoch: int, index: bool = False,
     config = json.loads(config_bytes) if config_bytes else {}
     for path in manifest[0]["Layers"] if manifest else []:
         if path not in diff_ids and path in blobs:  # an empty layer: zeros only, no header to tell it by
-            layer(path, _Hashing(io.BytesIO(blobs[path])))
+            layer(path, Hashing(io.BytesIO(blobs[path])))
     for name, target in links.items():
         diff_ids[name], late[name] = diff_ids[target], late[target]
         if index:

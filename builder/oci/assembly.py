@@ -101,10 +101,8 @@ class Assembly:
             yield itertools.chain(member, self._staging(i, labels))
 
     def _staging(self, top: int, labels: dict[str, str]) -> Iterator[bytes]:
-        self.staging_config = json.dumps({"architecture": self._config.get("architecture", "amd64"),
-                                          "os": self._config.get("os", "linux"), "config": {"Labels": labels},
-                                          "rootfs": {"type": "layers", "diff_ids": self.diff_ids[:top + 1]}},
-                                         sort_keys=True, separators=(",", ":")).encode()
+        self.staging_config = staging_config(str(self._config.get("architecture", "amd64")),
+                                             str(self._config.get("os", "linux")), labels, self.diff_ids[:top + 1])
         yield from closing(self.staging_config, [f"{i}/layer.tar" for i in range(top + 1)])
 
     def tail(self) -> Iterator[bytes]:
@@ -156,6 +154,13 @@ class Assembly:
                     copy.close()
         apply(view, changes)
         self.diff_ids.append(diff_id)
+
+
+def staging_config(architecture: str, os: str, labels: dict[str, str], diff_ids: list[str]) -> bytes:
+    """The config of an image that only names layers the engine holds (a staging image), with `labels`."""
+    return json.dumps({"architecture": architecture, "os": os, "config": {"Labels": labels},
+                       "rootfs": {"type": "layers", "diff_ids": diff_ids}},
+                      sort_keys=True, separators=(",", ":")).encode()
 
 
 def closing(config: bytes, layers: list[str]) -> Iterator[bytes]:

@@ -4,6 +4,7 @@ tagged with all its tags only once it succeeded."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
@@ -410,13 +411,11 @@ def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pin
                                 log_path, rep)
         pending = [Pending(toolkit.created_by, lambda: toolkit), *pending]
     rep.begin(v.name, f"writing {len(pins.layers)} wheel layers and the rootfs/ layer, loading them as they are done")
-    if not keep_layers:
-        return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
-                                  ", ".join(writers(v)))
-    with blobs.keeping() as copies:
+    with blobs.keeping() if keep_layers else contextlib.nullcontext(None) as copies:
         result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
                                     ", ".join(writers(v)), copies)
-    blobs.keep_config(result.image_id, result.config)
+    if keep_layers:
+        blobs.keep_config(result.image_id, result.config)
     return result
 
 

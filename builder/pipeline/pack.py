@@ -6,7 +6,6 @@ push."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -20,6 +19,7 @@ from typing import IO
 from ..engine import canonical, saved
 from ..engine import client as engine
 from ..host import blobs
+from ..oci.archive import Hashing
 from ..oci.layout import MANIFEST_TYPE, VERSION, Blob, Layout, compress, manifest_bytes, store
 
 
@@ -51,15 +51,22 @@ def write(client: engine.Client, image_id: str, directory: Path) -> Layout:
 
 
 def _kept_config(image_id: str, diff_ids: tuple[str, ...], directory: Path) -> Blob | None:
-    """The image's config blob from the cache (a build with --keep-layers kept it), in the layout, when it
-    is whole and names these layers."""
+    """The image's config blob from the cache (a push or a build with --keep-layers kept it), in the layout."""
+    digest = _cached_config(image_id, diff_ids)
+    return store(directory, _cached(digest).read_bytes()) if digest is not None else None
+
+
+def _cached_config(image_id: str, diff_ids: tuple[str, ...]) -> str | None:
+    """The digest of the image's config blob in the cache, when it is whole and names these layers."""
     digest = blobs.config(image_id)
     if digest is None or not blobs.checked(digest):
         return None
-    data = (blobs.root() / "sha256" / digest.removeprefix("sha256:")).read_bytes()
-    if tuple((json.loads(data).get("rootfs") or {}).get("diff_ids") or ()) != diff_ids:
-        return None
-    return store(directory, data)
+    config = json.loads(_cached(digest).read_bytes())
+    return digest if tuple((config.get("rootfs") or {}).get("diff_ids") or ()) == diff_ids else None
+
+
+def _cached(digest: str) -> Path:
+    return blobs.root() / "sha256" / digest.removeprefix("sha256:")
 
 
 def _blob(blob_dir: Path, digest: str) -> Blob:
@@ -69,16 +76,13 @@ def _blob(blob_dir: Path, digest: str) -> Blob:
 def _from_cache(image_id: str, diff_ids: tuple[str, ...], packing: str) -> tuple[str, tuple[str, ...]] | None:
     """The config blob and compressed layers of the image from the cache, when it holds them all, whole, and
     the config names these layers."""
-    config_digest = blobs.config(image_id)
     digests = tuple(blobs.layer(packing, d) for d in diff_ids)
-    if config_digest is None or not diff_ids or None in digests:
+    if blobs.config(image_id) is None or not diff_ids or None in digests:
         return None
-    if not all(blobs.checked(d) for d in (config_digest, *digests)):  # type: ignore[arg-type]
+    if not all(blobs.checked(d) for d in digests):  # type: ignore[arg-type]
         return None
-    config = json.loads((blobs.root() / "sha256" / config_digest.removeprefix("sha256:")).read_bytes())
-    if tuple((config.get("rootfs") or {}).get("diff_ids") or ()) != diff_ids:
-        return None
-    return config_digest, digests  # type: ignore[return-value]
+    config_digest = _cached_config(image_id, diff_ids)
+    return (config_digest, digests) if config_digest is not None else None  # type: ignore[return-value]
 
 
 class _Stale(Exception):
@@ -89,22 +93,18 @@ class _Stale(Exception):
         self.diff_id = diff_id
 
 
-class _Hashing(io.RawIOBase):
-    """A file read through, its sha256 taken on the way; `stop` set ends the read (the push failed
-    elsewhere, or was interrupted)."""
+class _Stoppable(Hashing):
+    """A kept copy read through while it is hashed; `stop` set ends the read (the push failed elsewhere, or
+    was interrupted)."""
 
     def __init__(self, raw: IO[bytes], stop: threading.Event) -> None:
-        self._raw, self._stop, self.digest = raw, stop, hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
+        super().__init__(raw)
+        self._stop = stop
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
         if self._stop.is_set():
             raise CancelledError
-        n = self._raw.readinto(b)  # type: ignore[attr-defined]
-        self.digest.update(memoryview(b)[:n])
-        return int(n)
+        return super().readinto(b)
 
 
 def _from_engine(client: engine.Client, image_id: str, directory: Path, diff_ids: tuple[str, ...],
@@ -145,7 +145,7 @@ def _packed(client: engine.Client, image_id: str, directory: Path, diff_ids: tup
             packed = {}
             for diff_id, path in kept.items():
                 with path.open("rb", buffering=0) as f:
-                    hashing = _Hashing(f, stop)
+                    hashing = _Stoppable(f, stop)
                     packed[diff_id] = pack(io.BufferedReader(hashing, 1 << 20))
                 if "sha256:" + hashing.digest.hexdigest() != diff_id:
                     raise _Stale(diff_id)
