@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -38,6 +38,8 @@ VERSION = f"direct 1 ({layer.VERSION}, {wheel.INSTALLER.decode().strip()} instal
 # What the Dockerfile's OS stage makes (templates/_os.j2): the venv, owned by the default user and group 0.
 VENV = "opt/venv"
 VENV_OWNER = (1000, 0)
+_IN_VENV = tree.Rule(VENV, VENV_OWNER)  # a wheel layer's files and its directories up to /
+_ROOT = tree.Rule("", (0, 0))  # the rootfs/ layer's
 FILES_STEP = "imgbuild: files rootfs/ /"
 # Layers written at once: each one's unzipping, hashing and writing mostly runs outside the GIL (zlib,
 # hashlib, file I/O), so two or three threads keep the CPUs busy while the engine loads.
@@ -112,17 +114,13 @@ def spilled(sizes: list[int]) -> int:
     return sum(n for n in sizes if n > budget)
 
 
-def _spooled(into: Path, fill: Callable[[tree.Spool], None], rule: tree.Rule, epoch: int) -> tuple[IO[bytes], Indexed]:
+def _spooled(into: Path, nodes: Iterable[tree.Node], rule: tree.Rule, epoch: int) -> tuple[IO[bytes], Indexed]:
     budget = memory_budget()
     # (a SpooledTemporaryFile of max_size 0 never goes to disk: it would hold any layer in memory)
     out: IO[bytes] = (tempfile.SpooledTemporaryFile(max_size=budget, mode="w+b", dir=str(into)) if budget  # noqa: SIM115
                       else tempfile.TemporaryFile(mode="w+b", dir=str(into)))  # noqa: SIM115
     try:
-        spool = tree.Spool(out, rule, epoch)
-        fill(spool)
-        spool.close()
-        out.seek(0)
-        return out, layer.index(out, epoch, hashed=False)  # planned against nothing below: no entry compared
+        return out, tree.write(out, nodes, rule, epoch)
     except BaseException:
         out.close()
         raise
@@ -143,10 +141,9 @@ def wheel_layer(client: docker.DockerClient, below: Future[str], python: str, cl
     """One wheel layer: its wheels installed as files, then their bytecode (and with `pip`, pip) from a
     container of the image `below`, once it is there; `below` cancelled stops it between two wheels."""
     venv = wheel.Venv(VENV, python)
-    rule = tree.Rule(VENV, VENV_OWNER)
-    wl = cl.layer
+    name = cl.layer.name
 
-    def fill(spool: tree.Spool) -> None:
+    def nodes() -> Iterator[tree.Node]:
         sources: dict[str, bytes] = {}
         for path, entry in cl.wheels:
             if below.cancelled():  # the skeleton's build failed or was interrupted
@@ -156,31 +153,26 @@ def wheel_layer(client: docker.DockerClient, below: Future[str], python: str, cl
             except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
                 raise DamagedWheel(path, entry, str(exc)) from None
             except wheel.WheelError as exc:
-                raise UserError(f"layer {wl.name}: {exc}") from None
+                raise UserError(f"layer {name}: {exc}") from None
             for f in files:
-                spool.add(rule.node(f.path, f.data, f.mode))
+                yield _IN_VENV.node(f.path, f.data, f.mode)
                 if f.path.endswith(".py"):
                     sources[f.path] = f.data
         try:
             compiled = bytecode.compile_layer(client, below.result(), VENV, sources, pip)
         except bytecode.CompileFailed as exc:
-            raise layer.LayerError(f"layer {wl.name}: bytecode did not compile:\n{exc}") from None
+            raise layer.LayerError(f"layer {name}: bytecode did not compile:\n{exc}") from None
         for node in compiled:
-            spool.add(rule.node(node.path, node.data, node.mode & 0o755, node.link))
+            yield _IN_VENV.node(node.path, node.data, node.mode & 0o755, node.link)
 
-    return Written(*_spooled(into, fill, rule, epoch), wl.step)
+    return Written(*_spooled(into, nodes(), _IN_VENV, epoch), cl.layer.step)
 
 
 def files_layer(files: tuple[ContextFile, ...], into: Path, epoch: int) -> Written:
     """The context's rootfs/ as one layer rooted at /, root-owned, modes from the context."""
-    mine = [f for f in files if f.path.startswith(ROOTFS + "/")]
-    rule = tree.Rule("", (0, 0))
-
-    def fill(spool: tree.Spool) -> None:
-        for f in mine:
-            spool.add(rule.node(f.path.removeprefix(ROOTFS + "/"), f.content, f.mode))
-
-    return Written(*_spooled(into, fill, rule, epoch), FILES_STEP)
+    nodes = (_ROOT.node(f.path.removeprefix(ROOTFS + "/"), f.content, f.mode)
+             for f in files if f.path.startswith(ROOTFS + "/"))
+    return Written(*_spooled(into, nodes, _ROOT, epoch), FILES_STEP)
 
 
 @contextlib.contextmanager

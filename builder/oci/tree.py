@@ -1,5 +1,5 @@
 """A layer from files imgbuild holds (a wheel's contents, its bytecode, the context's rootfs/), as a plain tar
-that `layer.index` and `layer.plan` then write in the canonical form: no engine commits these layers.
+and its index (`write`), which `layer.plan` then writes in the canonical form: no engine commits these layers.
 
 Every ancestor directory of a file is an entry, with the owner and mode its `Rule` gives, so the layer says
 what each of its directories is instead of leaving an engine to invent it on extraction.
@@ -13,6 +13,8 @@ import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
+
+from .layer import Indexed, index
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ def _ancestors(path: str) -> Iterable[str]:
         parent = posixpath.dirname(parent)
 
 
-class Spool:
+class _Spool:
     """A plain tar being written to `out`: nodes as they come, each ancestor directory once, first."""
 
     def __init__(self, out: IO[bytes], rule: Rule, epoch: int) -> None:
@@ -87,3 +89,14 @@ class Spool:
 
     def close(self) -> None:
         self._tar.close()
+
+
+def write(out: IO[bytes], nodes: Iterable[Node], rule: Rule, epoch: int) -> Indexed:
+    """The nodes as a plain tar in `out`, each ancestor directory once and first, then `out` rewound and the
+    tar's index: planned against nothing below it, so no entry is compared and none is hashed."""
+    spool = _Spool(out, rule, epoch)
+    for node in nodes:
+        spool.add(node)
+    spool.close()
+    out.seek(0)
+    return index(out, epoch, hashed=False)

@@ -17,12 +17,9 @@ EPOCH = 1_700_000_000
 
 def written(files: dict[str, bytes]) -> Written:
     out = io.BytesIO()
-    spool = tree.Spool(out, tree.Rule("", (0, 0)), EPOCH)
-    for path, data in files.items():
-        spool.add(tree.Rule("", (0, 0)).node(path, data, 0o644))
-    spool.close()
-    out.seek(0)
-    return Written(out, layer.index(out, EPOCH, hashed=False), f"imgbuild: files {sorted(files)}")
+    rule = tree.Rule("", (0, 0))
+    indexed = tree.write(out, [rule.node(path, data, 0o644) for path, data in files.items()], rule, EPOCH)
+    return Written(out, indexed, f"imgbuild: files {sorted(files)}")
 
 
 class Copy:

@@ -15,19 +15,15 @@ from .test_wheel import NAME, wheel
 EPOCH = 1735689600
 VENV = tree.Rule("opt/venv", (1000, 0))
 # The demo wheel installed into /opt/venv (Python 3.11) plus one root-owned file outside it, written through
-# Spool, index and plan: the diffID is committed here, so a change of the writer or of tarfile is seen.
+# tree.write and layer.plan: the diffID is committed here, so a change of the writer or of tarfile is seen.
 GOLDEN_TREE = "sha256:a9eba739693d7cbd3df8aed0663927adf2e3e3ed97b95e06affe5769d60953ef"
 
 
 def _layer() -> tuple[str, list[tarfile.TarInfo]]:
     spool = io.BytesIO()
-    writer = tree.Spool(spool, VENV, EPOCH)
-    for f in install(NAME, wheel(), Venv("opt/venv", "3.11")):
-        writer.add(VENV.node(f.path, f.data, f.mode))
-    writer.add(VENV.node("etc/demo/config.toml", b"x = 1\n", 0o644))
-    writer.close()
-    spool.seek(0)
-    planned, _ = layer.plan(layer.index(spool, EPOCH, hashed=False), {}, EPOCH)  # as engine/direct.py does
+    files = [VENV.node(f.path, f.data, f.mode) for f in install(NAME, wheel(), Venv("opt/venv", "3.11"))]
+    indexed = tree.write(spool, [*files, VENV.node("etc/demo/config.toml", b"x = 1\n", 0o644)], VENV, EPOCH)
+    planned, _ = layer.plan(indexed, {}, EPOCH)  # as engine/canonical.py does
     out = b"".join(layer.write(planned, spool))
     with tarfile.open(fileobj=io.BytesIO(out)) as tar:
         members = tar.getmembers()
