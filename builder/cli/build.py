@@ -86,7 +86,8 @@ def build_cmd(
         "lock (locks/VARIANT.digests.json), where later builds are checked against them; other digests "
         "already committed are replaced only with --force")] = False,
     keep_layers: Annotated[bool, typer.Option(
-        "--keep-layers", help="keep a copy of each layer imgbuild writes, uncompressed, in the blob cache, "
+        "--keep-layers", help="keep a copy of each layer imgbuild writes, uncompressed, in the blob cache (for an "
+        "image that passes its checks), "
         "so that the image's first `imgbuild push` compresses it from there instead of reading the image back "
         "from the engine (the push then removes it; `imgbuild prune` too)")] = False,
 ) -> None:

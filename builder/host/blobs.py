@@ -22,7 +22,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -158,33 +158,53 @@ def drop_kept(diff_id: str) -> None:
 
 
 class _Copy:
-    """One layer's tar written aside while the build writes it, kept under its diffID once whole."""
+    """One layer's tar written aside while the build writes it; once whole, it waits under its diffID for the
+    build's checks (`Keeping.keep`)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, whole: list[tuple[Path, str]]) -> None:
         self._file: IO[bytes] = tempfile.NamedTemporaryFile(dir=directory, prefix=".part-", delete=False)  # noqa: SIM115
-        self._kept = False
+        self._whole, self._done = whole, False
 
     def write(self, data: bytes, /) -> object:
         return self._file.write(data)
 
     def done(self, diff_id: str) -> None:
         self._file.close()
-        (root() / "raw").mkdir(parents=True, exist_ok=True)
-        Path(self._file.name).replace(root() / "raw" / diff_id.removeprefix("sha256:"))
-        self._kept = True
+        self._whole.append((Path(self._file.name), diff_id))
+        self._done = True
 
     def close(self) -> None:
         self._file.close()
-        if not self._kept:
+        if not self._done:
             Path(self._file.name).unlink(missing_ok=True)
 
 
+class Keeping:
+    """The copies of the layers one build writes (each made by calling this), kept for a push only by `keep`,
+    once the image passed its checks: the copies of an image that is removed or left untagged (pip check,
+    committed digests) go with the scratch directory, as do a killed run's."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory, self._whole = directory, list[tuple[Path, str]]()
+
+    def __call__(self) -> _Copy:
+        return _Copy(self._directory, self._whole)
+
+    def keep(self, image_id: str, config: bytes) -> None:
+        """Keep every whole copy under its diffID (`kept`), and the image's config blob."""
+        (root() / "raw").mkdir(parents=True, exist_ok=True)
+        for path, diff_id in self._whole:
+            path.replace(root() / "raw" / diff_id.removeprefix("sha256:"))
+        self._whole.clear()
+        keep_config(image_id, config)
+
+
 @contextlib.contextmanager
-def keeping() -> Iterator[Callable[[], _Copy]]:
-    """Copies of the layers a build writes, each kept under its diffID once whole (`kept`); the partial
-    copies of a killed run lie in a scratch directory the next run removes."""
+def keeping() -> Iterator[Keeping]:
+    """Copies of the layers a build writes, in a scratch directory the block removes (the next run, after a
+    killed one) with whatever `Keeping.keep` did not keep."""
     with scratch("keep") as tmp:
-        yield lambda: _Copy(tmp)
+        yield Keeping(tmp)
 
 
 def keep_config(image_id: str, data: bytes) -> None:

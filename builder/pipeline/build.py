@@ -327,36 +327,40 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
     tar = context_tar(skeleton(v, project), v.source_date_epoch)
     for container in prune.leftover_containers(client):  # before this build starts one
         rep.say(v.name, f"removed container {container}")
-    try:
-        # imgbuild's layers are written from here on (engine/direct), the skeleton's build beside them
-        with direct.temporary() as tmp, direct.writing(client, v, layers, build_inputs.files, Path(tmp),
-                                                       v.source_date_epoch) as (built_id, pending):
-            built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
-                                                            {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
-            built_id.set_result(built)
-            space.check(needs(client, pins, layers, build_inputs.files, built))  # now with the skeleton's size
-            result = _write_direct(client, v, project, pins, built, build_inputs, Path(tmp), pending, log_path, rep,
-                                   opts.keep_layers)
-    except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
-        raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
-    except direct.DamagedWheel as exc:
-        wheels.forget(exc.entry, exc.path)
-        raise UserError(f"{exc.path}: the cached wheel is damaged ({exc.reason}); it was removed from the cache: "
-                        f"run the build again to download it anew") from None
-    except OSError as exc:
-        if not space.full(exc):
-            raise
-        raise BuildFailed("writing the layers", [], log_path, _filled(exc)) from None
-    if problem := bytecode.pip_check(client, result.image_id, direct.VENV):
-        client.api.remove_image(result.image_id)
-        raise BuildFailed("pip check in the image", problem.splitlines()[-15:], log_path,
-                          "the image's installed distributions do not meet their requirements")
-    image_id = result.image_id
-    checked, problem = check_digests(project, v, result.digests, build_inputs.base_layers, opts, rep)
-    if problem:
-        return BuildResult(v.name, "failed", time.monotonic() - start, image_id, log=log_path,
-                           message=f"image {image_id[:19]}, left untagged, is not what "
-                                   f"{expected.path(project, v)} holds: {problem}")
+    # With --keep-layers, the copies of the layers are kept only for an image that passes its checks.
+    with blobs.keeping() if opts.keep_layers else contextlib.nullcontext(None) as copies:
+        try:
+            # imgbuild's layers are written from here on (engine/direct), the skeleton's build beside them
+            with direct.temporary() as tmp, direct.writing(client, v, layers, build_inputs.files, Path(tmp),
+                                                           v.source_date_epoch) as (built_id, pending):
+                built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
+                                                                {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
+                built_id.set_result(built)
+                space.check(needs(client, pins, layers, build_inputs.files, built))  # now with the skeleton's size
+                result = _write_direct(client, v, project, pins, built, build_inputs, Path(tmp), pending, log_path,
+                                       rep, copies)
+        except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
+            raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
+        except direct.DamagedWheel as exc:
+            wheels.forget(exc.entry, exc.path)
+            raise UserError(f"{exc.path}: the cached wheel is damaged ({exc.reason}); it was removed from the cache: "
+                            f"run the build again to download it anew") from None
+        except OSError as exc:
+            if not space.full(exc):
+                raise
+            raise BuildFailed("writing the layers", [], log_path, _filled(exc)) from None
+        if problem := bytecode.pip_check(client, result.image_id, direct.VENV):
+            client.api.remove_image(result.image_id)
+            raise BuildFailed("pip check in the image", problem.splitlines()[-15:], log_path,
+                              "the image's installed distributions do not meet their requirements")
+        image_id = result.image_id
+        checked, problem = check_digests(project, v, result.digests, build_inputs.base_layers, opts, rep)
+        if problem:
+            return BuildResult(v.name, "failed", time.monotonic() - start, image_id, log=log_path,
+                               message=f"image {image_id[:19]}, left untagged, is not what "
+                                       f"{expected.path(project, v)} holds: {problem}")
+        if copies is not None:
+            copies.keep(image_id, result.config)
     state.record_built(digest, image_id)
     tag_all(client, image_id, v)
     rep.say(v.name, f"built {image_id[:19]}")
@@ -401,22 +405,18 @@ def _filled(exc: OSError) -> str:
 
 def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pinned, built: str,
                   build_inputs: BuildInputs, tmp: Path, pending: list[Pending], log_path: Path,
-                  rep: Reporter, keep_layers: bool) -> canonical.Assembled:
+                  rep: Reporter, copies: blobs.Keeping | None) -> canonical.Assembled:
     """The image from the engine's skeleton `built` and the layers imgbuild writes (`pending`, engine/direct),
     loaded while the later layers are still being written; a devel image's toolkit step (engine/step) first.
-    With `keep_layers`, a copy of each layer written and the config stay in the blob cache for a push."""
+    With `copies`, each layer written is copied too (host/blobs.Keeping)."""
     if pins.debs is not None and pins.debs_path is not None:
         rep.begin(v.name, "running the toolkit step in a container of the runtime image")
         toolkit = _toolkit_step(client, v, project, pins.debs, pins.debs_path, build_inputs.base_ref, tmp,
                                 log_path, rep)
         pending = [Pending(toolkit.created_by, lambda: toolkit), *pending]
     rep.begin(v.name, f"writing {len(pins.layers)} wheel layers and the rootfs/ layer, loading them as they are done")
-    with blobs.keeping() if keep_layers else contextlib.nullcontext(None) as copies:
-        result = canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
-                                    ", ".join(writers(v)), copies)
-    if keep_layers:
-        blobs.keep_config(result.image_id, result.config)
-    return result
+    return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
+                              ", ".join(writers(v)), copies)
 
 
 def _toolkit_step(client: engine.Client, v: Variant, project: Project, debs: deblock.DebLock, debs_path: Path,

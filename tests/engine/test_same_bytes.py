@@ -118,11 +118,15 @@ def test_committed_digests_are_checked_and_a_difference_names_its_layer(tmp_path
     digests["layers"][2] = "sha256:" + "0" * 64
     digests["config"] = "sha256:" + "1" * 64
     written.write_text(json.dumps(digests))
-    result = imgbuild(*build, str(tmp_path / "differs.json"), "--force", timeout=1800)
+    cache = tmp_path / "blobs"
+    result = imgbuild(*build, str(tmp_path / "differs.json"), "--force", "--keep-layers", timeout=1800,
+                      env={"IMGBUILD_BLOB_CACHE": str(cache)})
     out = " ".join((result.stdout + result.stderr).split())  # the summary wraps long lines
     assert result.returncode == 1, out[-3000:]
     assert "layer 2 (" in out and "committed sha256:0000000000" in out and str(written) in out, out[-3000:]
     assert json.loads((tmp_path / "differs.json").read_text())[0]["status"] == "failed"
+    # the image is left untagged, so no push would take the copies of its layers: none is kept
+    assert [str(p.relative_to(cache)) for p in cache.rglob("*")] == [], "copies kept for an untagged image"
     # Recording over other committed digests takes --force; without it the file stays as it was.
     changed = written.read_text()
     result = imgbuild(*build, str(tmp_path / "kept.json"), "--record-digests", timeout=1800)

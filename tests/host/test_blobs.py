@@ -60,20 +60,37 @@ def test_clear_empties_the_cache_and_counts_what_it_freed(tmp_path: Path, cache:
     assert not cache.exists()
 
 
-def test_a_build_keeps_a_copy_only_once_it_is_whole_and_clear_removes_it(cache: Path) -> None:
+def _copied(copies: blobs.Keeping, data: bytes, diff_id: str) -> None:
+    whole, cut = copies(), copies()
+    for copy in (whole, cut):
+        copy.write(data[:50])
+    whole.write(data[50:])
+    whole.done(diff_id)
+    whole.close()
+    cut.close()  # the build failed before the layer's end
+
+
+def test_a_build_keeps_a_copy_only_once_it_is_whole_and_checked_and_clear_removes_it(cache: Path) -> None:
+    data = b"layer tar" * 100
+    diff_id = "sha256:" + hashlib.sha256(data).hexdigest()
+    config = b'{"rootfs": {}}'
+    with blobs.keeping() as copies:
+        _copied(copies, data, diff_id)
+        assert blobs.kept(diff_id) is None, "not kept before the image passed its checks"
+        copies.keep("sha256:" + "c" * 64, config)
+    kept = blobs.kept(diff_id)
+    assert kept is not None and kept.read_bytes() == data
+    assert blobs.config("sha256:" + "c" * 64) == "sha256:" + hashlib.sha256(config).hexdigest()
+    assert sorted(p.name for p in cache.iterdir()) == ["images", "raw", "sha256"], "no partial copy, no scratch"
+    assert blobs.kept("sha256:" + "e" * 64) is None and blobs.kept("../raw") is None
+    assert blobs.clear() == len(data) + len(config)
+    assert blobs.kept(diff_id) is None
+
+
+def test_the_copies_of_an_image_that_failed_its_checks_are_not_kept(cache: Path) -> None:
     data = b"layer tar" * 100
     diff_id = "sha256:" + hashlib.sha256(data).hexdigest()
     with blobs.keeping() as copies:
-        whole, cut = copies(), copies()
-        for copy in (whole, cut):
-            copy.write(data[:50])
-        whole.write(data[50:])
-        whole.done(diff_id)
-        whole.close()
-        cut.close()  # the build failed before the layer's end
-    kept = blobs.kept(diff_id)
-    assert kept is not None and kept.read_bytes() == data
-    assert sorted(p.name for p in cache.iterdir()) == ["raw"], "no partial copy left, no scratch directory"
-    assert blobs.kept("sha256:" + "e" * 64) is None and blobs.kept("../raw") is None
-    assert blobs.clear() == len(data)
+        _copied(copies, data, diff_id)  # then pip check or the committed digests fail: no keep()
     assert blobs.kept(diff_id) is None
+    assert sorted(p.name for p in cache.iterdir()) == [], "nothing left: no copy, no scratch directory"
