@@ -29,11 +29,11 @@ from ..matrix.variant import Variant
 from ..oci.assembly import Pending, Written
 from ..oci.config import Base, at_epoch
 from ..oci.layer import LayerError
-from ..pins import deblock, lockfile, wheels
+from ..pins import deblock, pinned, wheels
 from ..pins import debs as host_debs
 from ..pins import digests as expected
-from ..pins.layers import WHEEL_URL, CachedLayer, WheelLayer, wheel_layers
-from ..pins.wheelfiles import Target, target_of
+from ..pins.layers import WHEEL_URL, CachedLayer
+from ..pins.pinned import Debs, Pinned
 from ..progress import Reporter
 from ..registry import skopeo as registry
 
@@ -67,26 +67,6 @@ class BuildResult:
     message: str = ""
     fetched: wheels.Fetched | None = None  # what the host's wheel cache had to download for this build
     digests: str = ""  # the image against its committed digests: matches | recorded | differs | other base | none
-
-
-@dataclass(frozen=True)
-class Pinned:
-    """What the variant's locks pin, read once per build: its wheels for the image's Python and platform,
-    the layers they go into, and a devel image's toolkit .debs."""
-
-    lock: lockfile.Lock
-    lock_path: Path
-    target: Target
-    layers: tuple[WheelLayer, ...]
-    debs: deblock.DebLock | None
-    debs_path: Path | None
-
-
-def pinned(res: Resolution, v: Variant, project: Project) -> Pinned:
-    lock_path = project.lock_path(v)
-    debs_path = deblock.path(project, v) if v.distro_toolkit else None
-    return Pinned(lockfile.parse(lock_path.read_text(), str(lock_path)), lock_path, target_of(res, v),
-                  tuple(wheel_layers(v, project)), deblock.read(project, v) if debs_path else None, debs_path)
 
 
 def writers(v: Variant) -> tuple[str, ...]:
@@ -209,7 +189,8 @@ def prepare_wheels(client: engine.Client, v: Variant, pins: Pinned, opts: BuildO
     fetched = wheels.ensure(pins.lock, pins.target, str(pins.lock_path), opts.ca_bundle,
                             lambda text: rep.say(v.name, text))
     if pins.debs is not None:
-        got = host_debs.ensure(pins.debs, str(pins.debs_path), opts.ca_bundle, lambda text: rep.say(v.name, text))
+        got = host_debs.ensure(pins.debs.lock, str(pins.debs.path), opts.ca_bundle,
+                               lambda text: rep.say(v.name, text))
         fetched = wheels.Fetched(fetched.wheels + got.wheels, fetched.downloaded + got.downloaded,
                                  fetched.bytes + got.bytes, fetched.seconds + got.seconds)
     return fetched
@@ -318,7 +299,7 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
             rep.say(v.name, f"pulled {pulled[:19]} from {opts.registry}: same build inputs")
             return BuildResult(v.name, "pulled", time.monotonic() - start, pulled, v.refs(),
                                client.images.get(pulled).attrs.get("Size"))
-    pins = pinned(res, v, project)
+    pins = pinned.read(res, v, project)
     fetched = prepare_wheels(client, v, pins, opts, rep)
     layers = wheels.in_cache(pins.layers, pins.target)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
@@ -386,7 +367,7 @@ def needs(client: engine.Client, pins: Pinned, layers: Sequence[CachedLayer], fi
     image = engine.image_or_none(client, below)
     read_back = int((image.attrs.get("Size") if image is not None else 0) or 0)
     sizes = direct.planned_sizes(layers, files)
-    toolkit = UNPACKED_DEBS * (pins.debs.size if pins.debs is not None else 0)
+    toolkit = UNPACKED_DEBS * (pins.debs.lock.size if pins.debs is not None else 0)
     written, temp = sum(sizes) + toolkit, direct.spilled(sizes) + toolkit + read_back
     found = [space.Need("the layers written to the temporary directory", Path(tempfile.gettempdir()), temp,
                         "set TMPDIR to a larger filesystem")]
@@ -409,9 +390,9 @@ def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pin
     """The image from the engine's skeleton `built` and the layers imgbuild writes (`pending`, engine/direct),
     loaded while the later layers are still being written; a devel image's toolkit step (engine/step) first.
     With `copies`, each layer written is copied too (host/blobs.Keeping)."""
-    if pins.debs is not None and pins.debs_path is not None:
+    if pins.debs is not None:
         rep.begin(v.name, "running the toolkit step in a container of the runtime image")
-        toolkit = _toolkit_step(client, v, project, pins.debs, pins.debs_path, build_inputs.base_ref, tmp,
+        toolkit = _toolkit_step(client, v, project, pins.debs, build_inputs.base_ref, tmp,
                                 log_path, rep)
         pending = [Pending(toolkit.created_by, lambda: toolkit), *pending]
     rep.begin(v.name, f"writing {len(pins.layers)} wheel layers and the rootfs/ layer, loading them as they are done")
@@ -419,11 +400,11 @@ def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pin
                               ", ".join(writers(v)), copies)
 
 
-def _toolkit_step(client: engine.Client, v: Variant, project: Project, debs: deblock.DebLock, debs_path: Path,
-                  below: str, into: Path, log_path: Path, rep: Reporter) -> Written:
+def _toolkit_step(client: engine.Client, v: Variant, project: Project, debs: Debs, below: str, into: Path,
+                  log_path: Path, rep: Reporter) -> Written:
     """The toolkit step's layer; it fetches its .debs from the host's cache, served while it runs."""
-    created_by = f"{step.STEP_PREFIX}toolkit: apt-get install of the {len(debs.debs)} .debs of {debs_path.name}"
-    script, environment = render.toolkit_step(v, project, debs)
+    created_by = f"{step.STEP_PREFIX}toolkit: apt-get install of the {len(debs.lock.debs)} .debs of {debs.path.name}"
+    script, environment = render.toolkit_step(v, project, debs.lock)
     with wheel_server.serving():
         try:
             return step.run(client, below, script, environment, created_by, into,
