@@ -203,8 +203,8 @@ def pull_built(client: engine.Client, v: Variant, registry_ns: str, digest: str,
     digest, so what is checked is what is downloaded even if the tag moves meanwhile. Its config is read
     first, so an image of other build inputs, one imgbuild did not write, or one whose config is not the one
     committed next to its lock is never downloaded. A graph-driver store pulls it itself (parallel, with
-    unpigz: about twice as fast as skopeo and `docker load`, docs/speed.md), and
-    its image ID must be that config's digest. The containerd store does not: its own pull of an image on a
+    unpigz: faster than skopeo and `docker load`, docs/speed.md has the figures), and its image ID must be
+    that config's digest. The containerd store does not: its own pull of an image on a
     loaded base inspects empty (no Os, Config or Labels; Docker 28.5), so there skopeo fetches the blobs
     (digests checked) and `docker load` hands it the image a local build would."""
     ref = hash_ref(v, registry_ns, digest)
