@@ -283,7 +283,7 @@ def text(header: str, reports: list[ImageReport]) -> str:
 
 def remove_test_containers(client: engine.Client) -> int:
     """After Ctrl-C: every container this run started, found by its label."""
-    found = client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={RUN}"})
+    found = engine.containers(client, f"{TEST_LABEL}={RUN}")
     for c in found:
         c.remove(force=True)
     return len(found)

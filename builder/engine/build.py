@@ -83,7 +83,7 @@ class ClassicBuilder:
 
     def build(self, name: str, tar: bytes, buildargs: dict[str, str], labels: dict[str, str], no_cache: bool,
               log_path: Path, rep: Reporter) -> str:
-        run = _Run(before={str(c.id) for c in self.client.containers.list(all=True)})
+        run = _Run(before={str(c.id) for c in engine.containers(self.client)})
         with self._lock:
             if self._cancelled.is_set():
                 raise Interrupted(0)
@@ -188,7 +188,7 @@ def cleanup(run: _Run, wait_s: float = 20.0) -> int:
     removed, quiet_rounds = 0, 0
     deadline = time.monotonic() + wait_s
     while quiet_rounds < 3 and time.monotonic() < deadline:
-        strays = [str(c.id) for c in client.containers.list(all=True) if ours(c)]
+        strays = [str(c.id) for c in engine.containers(client) if ours(c)]
         removed += engine.remove_containers(client, strays)
         quiet_rounds = 0 if strays else quiet_rounds + 1
         time.sleep(0.5)

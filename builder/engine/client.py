@@ -14,6 +14,7 @@ from typing import Any
 import docker
 import docker.errors
 import docker.types
+from docker.models.containers import Container
 from docker.models.images import Image
 from docker.tls import TLSConfig
 
@@ -124,6 +125,13 @@ def image_or_none(client: docker.DockerClient, ref: str) -> Image | None:
         return client.images.get(ref)
     except docker.errors.ImageNotFound:
         return None
+
+
+def containers(client: docker.DockerClient, label: str | None = None) -> list[Container]:
+    """Every container (with `label`: those that carry it), stopped ones too. The SDK lists them, then
+    inspects each one: a container the engine removes in between (a build step's, as the engine cleans up
+    after a cancelled build) is left out instead of failing the whole list."""
+    return list(client.containers.list(all=True, filters={"label": label} if label else None, ignore_removed=True))
 
 
 def remove_containers(client: docker.DockerClient, ids: list[str]) -> int:

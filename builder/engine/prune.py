@@ -9,6 +9,7 @@ import docker
 import docker.errors
 
 from .bytecode import COMPILE_LABEL, owner
+from .client import containers
 from .step import STEP_LABEL
 
 # `imgbuild test`'s containers (checks/smoke), labelled with their run ("host:pid"): Ctrl-C removes this run's,
@@ -76,7 +77,7 @@ def leftover_containers(client: docker.DockerClient, dry_run: bool = False) -> l
     compiles (engine/bytecode), build steps (engine/step) and `imgbuild test`'s; each as "SHORT_ID (what it was)"."""
     gone = []
     for label, what in RUN_LABELS.items():
-        for c in client.containers.list(all=True, filters={"label": label}):
+        for c in containers(client, label):
             if _ended(str(c.labels.get(label, ""))):
                 if not dry_run:
                     try:

@@ -28,7 +28,7 @@ from ..oci.assembly import Written
 from ..oci.layer import Indexed, Key
 from .build import BuildFailed
 from .bytecode import owner
-from .client import remove_containers
+from .client import containers, remove_containers
 from .saved import ChunkReader
 
 STEP_PREFIX = "imgbuild: step "  # a step's history entry ("created_by") begins so
@@ -148,5 +148,5 @@ def run(client: docker.DockerClient, below: str, script: str, environment: dict[
 def cancel(client: docker.DockerClient) -> int:
     """Remove this run's step containers: a step's thread, blocked reading the step's output, then fails at
     once, and nothing after it is written or tagged. Returns how many there were."""
-    ids = [str(c.id) for c in client.containers.list(all=True, filters={"label": f"{STEP_LABEL}={owner()}"})]
+    ids = [str(c.id) for c in containers(client, f"{STEP_LABEL}={owner()}")]
     return remove_containers(client, ids)

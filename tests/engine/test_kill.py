@@ -16,6 +16,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from builder.engine import client as engine
 from builder.engine.bytecode import COMPILE_LABEL
 
 from ..conftest import ROOT, debian12_base, imgbuild
@@ -29,7 +30,7 @@ MOMENTS = (("downloaded ", 0.0), ("step 5/", 0.0), ("wheel layers and the rootfs
 
 def _containers(client: docker.DockerClient) -> set[str]:
     """Every container but `imgbuild test`'s, which a concurrent smoke run may start and remove meanwhile."""
-    return {str(c.id) for c in client.containers.list(all=True) if "io.imgbuild.test" not in c.labels}
+    return {str(c.id) for c in engine.containers(client) if "io.imgbuild.test" not in c.labels}
 
 
 def _killed_at(line: str, after_s: float, args: tuple[str, ...], env: dict[str, str]) -> list[str]:
