@@ -283,7 +283,4 @@ def text(header: str, reports: list[ImageReport]) -> str:
 
 def remove_test_containers(client: engine.Client) -> int:
     """After Ctrl-C: every container this run started, found by its label."""
-    found = engine.containers(client, f"{TEST_LABEL}={RUN}")
-    for c in found:
-        c.remove(force=True)
-    return len(found)
+    return engine.remove_containers(client, [str(c.id) for c in engine.containers(client, f"{TEST_LABEL}={RUN}")])
