@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import socket
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -14,7 +19,8 @@ import pytest
 from builder.checks import records
 from builder.checks.smoke import SHM, TEST_LABEL, run_container
 
-from ..conftest import imgbuild
+from ..conftest import ROOT, imgbuild
+from ..helpers import eventually
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("default_image")]
 
@@ -201,3 +207,28 @@ def test_gpu_precision_bounds_take_tf32_and_refuse_errors(client: docker.DockerC
     assert "refused tf32 as float32:" in out, out
     assert "refused off by 0.05:" in out, out
     assert "bf16 within" in out, out
+
+
+def test_ctrl_c_mid_suite_removes_the_runs_containers_and_exits_130(client: docker.DockerClient) -> None:
+    """Ctrl-C while a check's container runs: exit 130, a one-line message, and no container of this run
+    left for the next one to trip on (another run's containers are not this run's to remove)."""
+    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "test", "--image",
+                             IMAGE, "--gpus", "none"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    run = f"{socket.gethostname()}:{proc.pid}"
+
+    def mine() -> list[str]:
+        return [str(c.id) for c in client.containers.list(all=True, ignore_removed=True,
+                                                           filters={"label": f"{TEST_LABEL}={run}"})]
+    try:
+        assert eventually(lambda: bool(mine()) or proc.poll() is not None, 120), "no check's container appeared"
+        assert proc.poll() is None, "the suite ended before Ctrl-C"
+        time.sleep(1)  # inside the check, not at its container's start
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "imgbuild: interrupted" in err and "Traceback" not in err, err[-2000:]
+    assert "== " not in out, "a report was printed for an interrupted run"
+    assert mine() == [], "the interrupted run left a container"
