@@ -283,4 +283,4 @@ def text(header: str, reports: list[ImageReport]) -> str:
 
 def remove_test_containers(client: engine.Client) -> int:
     """After Ctrl-C: every container this run started, found by its label."""
-    return engine.remove_containers(client, [str(c.id) for c in engine.containers(client, f"{TEST_LABEL}={RUN}")])
+    return engine.remove_containers(client, [c.id for c in engine.containers(client, f"{TEST_LABEL}={RUN}")])

@@ -19,7 +19,6 @@ from typing import Protocol
 
 import docker
 import docker.errors
-import docker.models.containers
 
 from ..progress import Reporter
 from . import client as engine
@@ -83,7 +82,7 @@ class ClassicBuilder:
 
     def build(self, name: str, tar: bytes, buildargs: dict[str, str], labels: dict[str, str], no_cache: bool,
               log_path: Path, rep: Reporter) -> str:
-        run = _Run(before={str(c.id) for c in engine.containers(self.client)})
+        run = _Run(before={c.id for c in engine.containers(self.client)})
         with self._lock:
             if self._cancelled.is_set():
                 raise Interrupted(0)
@@ -181,14 +180,14 @@ def cleanup(run: _Run, wait_s: float = 20.0) -> int:
     named = {cid[:12] for cid in run.containers}
     layers = {layer[:12] for layer in run.layers}
 
-    def ours(container: docker.models.containers.Container) -> bool:
-        cid, image = str(container.id), str(container.attrs.get("Image", "")).removeprefix("sha256:")
-        return cid not in run.before and (cid[:12] in named or image[:12] in layers)
+    def ours(container: engine.Listed) -> bool:
+        image = container.image_id.removeprefix("sha256:")
+        return container.id not in run.before and (container.id[:12] in named or image[:12] in layers)
 
     removed, quiet_rounds = 0, 0
     deadline = time.monotonic() + wait_s
     while quiet_rounds < 3 and time.monotonic() < deadline:
-        strays = [str(c.id) for c in engine.containers(client) if ours(c)]
+        strays = [c.id for c in engine.containers(client) if ours(c)]
         removed += engine.remove_containers(client, strays)
         quiet_rounds = 0 if strays else quiet_rounds + 1
         time.sleep(0.5)

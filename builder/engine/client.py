@@ -14,7 +14,6 @@ from typing import Any
 import docker
 import docker.errors
 import docker.types
-from docker.models.containers import Container
 from docker.models.images import Image
 from docker.tls import TLSConfig
 
@@ -127,11 +126,21 @@ def image_or_none(client: docker.DockerClient, ref: str) -> Image | None:
         return None
 
 
-def containers(client: docker.DockerClient, label: str | None = None) -> list[Container]:
-    """Every container (with `label`: those that carry it), stopped ones too. The SDK lists them, then
-    inspects each one: a container the engine removes in between (a build step's, as the engine cleans up
-    after a cancelled build) is left out instead of failing the whole list."""
-    return list(client.containers.list(all=True, filters={"label": label} if label else None, ignore_removed=True))
+@dataclass(frozen=True)
+class Listed:
+    """A container as the engine's list gives it."""
+
+    id: str
+    image_id: str  # "sha256:..." of the image it was made from
+    labels: dict[str, str]
+
+
+def containers(client: docker.DockerClient, label: str | None = None) -> list[Listed]:
+    """Every container (with `label`: those that carry it), stopped ones too, from one list call. (The SDK's
+    `containers.list` inspects each one after listing: one call per container on a busy host, and a
+    container the engine removes in between fails it.)"""
+    found = client.api.containers(all=True, filters={"label": label} if label else None)
+    return [Listed(str(c["Id"]), str(c.get("ImageID") or ""), dict(c.get("Labels") or {})) for c in found]
 
 
 def remove_containers(client: docker.DockerClient, ids: list[str]) -> int:

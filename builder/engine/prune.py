@@ -9,7 +9,7 @@ import docker
 import docker.errors
 
 from .bytecode import COMPILE_LABEL, owner
-from .client import containers
+from .client import containers, remove_containers
 from .step import STEP_LABEL
 
 # `imgbuild test`'s containers (checks/smoke), labelled with their run ("host:pid"): Ctrl-C removes this run's,
@@ -77,12 +77,8 @@ def leftover_containers(client: docker.DockerClient, dry_run: bool = False) -> l
     compiles (engine/bytecode), build steps (engine/step) and `imgbuild test`'s; each as "SHORT_ID (what it was)"."""
     gone = []
     for label, what in RUN_LABELS.items():
-        for c in containers(client, label):
-            if _ended(str(c.labels.get(label, ""))):
-                if not dry_run:
-                    try:
-                        c.remove(force=True)
-                    except docker.errors.NotFound:
-                        continue
-                gone.append(f"{c.short_id} ({what} that an ended run left)")
+        ended = [c.id for c in containers(client, label) if _ended(c.labels.get(label, ""))]
+        if not dry_run:
+            remove_containers(client, ended)
+        gone += [f"{cid[:12]} ({what} that an ended run left)" for cid in ended]
     return gone

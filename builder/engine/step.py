@@ -148,5 +148,5 @@ def run(client: docker.DockerClient, below: str, script: str, environment: dict[
 def cancel(client: docker.DockerClient) -> int:
     """Remove this run's step containers: a step's thread, blocked reading the step's output, then fails at
     once, and nothing after it is written or tagged. Returns how many there were."""
-    ids = [str(c.id) for c in containers(client, f"{STEP_LABEL}={owner()}")]
+    ids = [c.id for c in containers(client, f"{STEP_LABEL}={owner()}")]
     return remove_containers(client, ids)

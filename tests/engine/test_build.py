@@ -74,7 +74,7 @@ def canonical_build(tmp_path: Path) -> dict[str, str]:
 
 
 def containers(client: docker.DockerClient) -> set[str]:
-    return {str(c.id) for c in engine.containers(client)}  # polled while a build's steps come and go
+    return {c.id for c in engine.containers(client)}  # polled while a build's steps come and go
 
 
 def run(client: docker.DockerClient, image: str, command: list[str], **kwargs: object) -> str:

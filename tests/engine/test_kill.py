@@ -30,7 +30,7 @@ MOMENTS = (("downloaded ", 0.0), ("step 5/", 0.0), ("wheel layers and the rootfs
 
 def _containers(client: docker.DockerClient) -> set[str]:
     """Every container but `imgbuild test`'s, which a concurrent smoke run may start and remove meanwhile."""
-    return {str(c.id) for c in engine.containers(client) if "io.imgbuild.test" not in c.labels}
+    return {c.id for c in engine.containers(client) if "io.imgbuild.test" not in c.labels}
 
 
 def _killed_at(line: str, after_s: float, args: tuple[str, ...], env: dict[str, str]) -> list[str]:
