@@ -74,4 +74,6 @@ def find_variant(res: Resolution, word: str) -> Variant:
             return v
     from .yamlnode import did_you_mean
 
-    raise UserError(f"no variant {word!r} in {res.facts.file}{did_you_mean(word, [v.name for v in res.variants])}")
+    names = [v.name for v in res.variants]
+    listing = f"`imgbuild matrix --all` lists its {len(names)} images with their tags"
+    raise UserError(f"no variant {word!r} in {res.facts.file}{did_you_mean(word, names, listing)}")

@@ -109,11 +109,15 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+def did_you_mean(word: str, choices: Iterable[str], listing: str = "") -> str:
+    """The closest choice, else every choice; past a dozen, `listing` (where to see them) instead."""
+    ordered = sorted(choices)
+    close = difflib.get_close_matches(word, ordered, n=1, cutoff=0.6)
     if close:
         return f"; did you mean '{close[0]}'?"
-    return f"; expected one of: {', '.join(sorted(choices))}"
+    if listing and len(ordered) > 12:
+        return f"; {listing}"
+    return f"; expected one of: {', '.join(ordered)}"
 
 
 def load(path: Path) -> Node:

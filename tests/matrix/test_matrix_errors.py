@@ -103,6 +103,9 @@ def test_empty_file(tmp_path: Path) -> None:
          "ubuntu26.04, debian12, debian13"),
         (("--flavor", "devel", "--os", "debian12"), "no image matches: debian12 cuda12.6 torch2.7.1 devel: excluded"),
         (("--variant", "2.7.1-cu126-debian12-runtme"), "did you mean '2.7.1-cu126-debian12-runtime'?"),
+        # nothing close among 62 names: where to see them, not a line of 3,000 characters
+        (("--variant", "nope"), "no variant 'nope' in matrix.yaml; `imgbuild matrix --all` lists its 62 images "
+         "with their tags"),
     ],
 )
 def test_filter_that_selects_nothing_lists_what_exists(args: tuple[str, ...], message: str) -> None:
