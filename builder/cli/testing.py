@@ -49,8 +49,9 @@ def run_tests(refs: list[str], gpus: str, require_gpu: bool, junit: Path | None,
             header, report = smoke.test_image(client, ref, gpus, require_gpu)
             reports.append(report)
     except KeyboardInterrupt:
-        removed = smoke.remove_test_containers(client)
-        typer.echo(f"imgbuild: interrupted: removed {removed} test containers", err=True)
+        # The check's own container goes as Ctrl-C unwinds it (checks/smoke.run_container); this takes any other.
+        smoke.remove_test_containers(client)
+        typer.echo("imgbuild: interrupted: no test container of this run is left", err=True)
         raise typer.Exit(130) from None
     typer.echo(smoke.text(header, reports))
     if junit:
