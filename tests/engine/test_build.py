@@ -39,7 +39,8 @@ TAGS = ("pytorch-cuda:2.7.1-cuda12.4-cudnn9-debian12-runtime", "pytorch-cuda:2.7
 
 
 # the image names this module's builds make: the conftest's `client` removes them afterwards
-NAMES = ("imgbuild-test-fail", "imgbuild-test-pin", "imgbuild-test-int", "imgbuild-test-int2", "imgbuild-test-j2")
+NAMES = ("imgbuild-test-label", "imgbuild-test-fail", "imgbuild-test-pin", "imgbuild-test-int", "imgbuild-test-int2",
+         "imgbuild-test-j2")
 
 
 @pytest.fixture(scope="module")
@@ -146,18 +147,26 @@ def test_unchanged_rebuild_only_tags(client: docker.DockerClient, torch_image: s
     print(f"unchanged rebuild: {seconds:.2f}s (CLI start-up included)", file=sys.stderr)
 
 
-def test_an_image_that_only_carries_the_label_is_not_up_to_date(client: docker.DockerClient, torch_image: str,
+def test_an_image_that_only_carries_the_label_is_not_up_to_date(client: docker.DockerClient,
                                                                 tmp_path: Path) -> None:
     """The label is what an image says about itself: without this imgbuild's record of having built (or
     pulled and checked) that image from these inputs, it is built again, here from the layer cache."""
-    digest = client.images.get(torch_image).labels["io.imgbuild.build-hash"]
-    record = state.root() / "built" / digest.removeprefix("sha256:")
-    assert record.read_text().strip() == torch_image, "the build recorded what it made"
+    matrix = small_project(tmp_path, "imgbuild-test-label")
+    args = ("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"), "--json", str(tmp_path / "r.json"))
+    assert imgbuild(*args, timeout=BUILD_TIMEOUT_S).returncode == 0
+    built = json.loads((tmp_path / "r.json").read_text())[0]
+    assert built["status"] == "built"
+    image = client.images.get(built["image_id"])
+    record = state.root() / "built" / image.labels["io.imgbuild.build-hash"].removeprefix("sha256:")
+    assert record.read_text().strip() == image.id, "the build recorded what it made"
+    assert imgbuild(*args).returncode == 0
+    assert json.loads((tmp_path / "r.json").read_text())[0]["status"] == "up-to-date", "with the record: reused"
     record.unlink()
-    result = imgbuild("build", "--log-dir", str(tmp_path), "--json", str(tmp_path / "r.json"), timeout=BUILD_TIMEOUT_S)
+    result = imgbuild(*args, timeout=BUILD_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "r.json").read_text())[0]["status"] == "built"
-    assert record.read_text().strip() == torch_image, "rebuilt from the cache: the same image"
+    assert record.read_text().strip() == image.id, "rebuilt from the cache: the same image"
+    assert json.loads((tmp_path / "r.json").read_text())[0]["image_id"] == built["image_id"]
 
 
 def test_ca_bundle_is_in_no_layer_config_or_history(client: docker.DockerClient, torch_image: str,
