@@ -39,8 +39,8 @@ TAGS = ("pytorch-cuda:2.7.1-cuda12.4-cudnn9-debian12-runtime", "pytorch-cuda:2.7
 
 
 # the image names this module's builds make: the conftest's `client` removes them afterwards
-NAMES = ("imgbuild-test-label", "imgbuild-test-fail", "imgbuild-test-pin", "imgbuild-test-int", "imgbuild-test-int2",
-         "imgbuild-test-j2")
+NAMES = ("imgbuild-test-twice", "imgbuild-test-label", "imgbuild-test-fail", "imgbuild-test-pin", "imgbuild-test-int",
+         "imgbuild-test-int2", "imgbuild-test-j2")
 
 
 @pytest.fixture(scope="module")
@@ -332,6 +332,29 @@ def test_prune_dry_run_lists_the_built_image(client: docker.DockerClient, torch_
     result = imgbuild("prune", "--dry-run")
     assert result.returncode == 0
     assert "would remove" in result.stdout and TAGS[1] in result.stdout
+
+
+def test_two_runs_of_one_build_at_once_both_succeed_with_one_image(client: docker.DockerClient,
+                                                                   tmp_path: Path) -> None:
+    """Two `imgbuild build --no-cache` of one variant started together on one host (two CI jobs, two
+    terminals): neither trips on the other's scratch files, staging images or containers, both make the same
+    image, and nothing of either is left behind."""
+    matrix = small_project(tmp_path, "imgbuild-test-twice")
+    before = containers(client)
+    procs = [subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "build", "--matrix",
+                               str(matrix), "--no-cache", "--registry", "", "--log-dir", str(tmp_path / f"logs{i}"),
+                               "--json", str(tmp_path / f"r{i}.json")],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    outs = [p.communicate(timeout=BUILD_TIMEOUT_S) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    rows = [json.loads((tmp_path / f"r{i}.json").read_text())[0] for i in (0, 1)]
+    assert [r["status"] for r in rows] == ["built", "built"]
+    assert rows[0]["image_id"] == rows[1]["image_id"], "two runs of one build made two images"
+    tag = "imgbuild-test-twice:" + TAGS[1].split(":", 1)[1]
+    assert str(client.images.get(tag).id) == rows[0]["image_id"]
+    assert eventually(lambda: containers(client) == before), "a run left a container"
+    assert client.images.list(filters={"label": "io.imgbuild.staging"}) == []
 
 
 def test_two_jobs_build_both_then_test_and_prune_take_only_what_they_name(client: docker.DockerClient,
