@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from builder.host.base import bootstrapped_ref
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "matrix.yaml"
+CLI = (sys.executable, "-c", "from builder.cli import main; main()")  # the real entry point, as a user runs it
 
 
 def missing(reason: str) -> None:
@@ -104,9 +106,17 @@ def imgbuild(*args: str, cwd: Path = ROOT, timeout: int = 120, env: dict[str, st
              stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real CLI entry point as a user would (torch builds need a longer timeout); `env` adds to
     the environment."""
-    return subprocess.run([sys.executable, "-c", "from builder.cli import main; main()", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
                           env={**os.environ, **(env or {})}, input=stdin)
+
+
+def imgbuild_started(*args: str, env: dict[str, str] | None = None, merged: bool = False) -> subprocess.Popen[str]:
+    """The real CLI started and left running, its output piped (with `merged`, stderr into stdout); `env` adds
+    to the environment. Ctrl-C reaches it as from a terminal: a suite started in the background (`cmd &`
+    without job control) inherits SIGINT ignored, and Python then installs no Ctrl-C handler."""
+    return subprocess.Popen([*CLI, *args], cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def debian12_base(client: docker.DockerClient, env: dict[str, str] | None = None) -> str:

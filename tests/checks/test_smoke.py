@@ -7,8 +7,6 @@ import io
 import json
 import signal
 import socket
-import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -18,8 +16,9 @@ import pytest
 
 from builder.checks import records
 from builder.checks.smoke import SHM, TEST_LABEL, run_container
+from builder.engine import client as engine
 
-from ..conftest import ROOT, imgbuild
+from ..conftest import imgbuild, imgbuild_started
 from ..helpers import eventually
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("default_image")]
@@ -212,14 +211,11 @@ def test_gpu_precision_bounds_take_tf32_and_refuse_errors(client: docker.DockerC
 def test_ctrl_c_mid_suite_removes_the_runs_containers_and_exits_130(client: docker.DockerClient) -> None:
     """Ctrl-C while a check's container runs: exit 130, a one-line message, and no container of this run
     left for the next one to trip on (another run's containers are not this run's to remove)."""
-    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "test", "--image",
-                             IMAGE, "--gpus", "none"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = imgbuild_started("test", "--image", IMAGE, "--gpus", "none")
     run = f"{socket.gethostname()}:{proc.pid}"
 
     def mine() -> list[str]:
-        return [str(c.id) for c in client.containers.list(all=True, ignore_removed=True,
-                                                           filters={"label": f"{TEST_LABEL}={run}"})]
+        return [c.id for c in engine.containers(client, f"{TEST_LABEL}={run}")]
     try:
         assert eventually(lambda: bool(mine()) or proc.poll() is not None, 120), "no check's container appeared"
         assert proc.poll() is None, "the suite ended before Ctrl-C"

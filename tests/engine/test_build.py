@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,12 +21,13 @@ from builder.checks.smoke import run_container
 from builder.engine import client as engine
 from builder.engine import saved
 from builder.engine.bases import bootstrap
+from builder.engine.canonical import STAGING_LABEL
 from builder.host import state
 from builder.host.base import bootstrapped_ref
 from builder.host.base import plan as base_plan
 from builder.matrix.resolve import load
 
-from ..conftest import MATRIX, ROOT, imgbuild
+from ..conftest import MATRIX, ROOT, imgbuild, imgbuild_started
 from ..helpers import eventually, image_holds, make_test_ca, project_copy, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
@@ -265,12 +265,7 @@ def test_sigint_mid_run_cancels_removes_its_container_and_exits_130(client: dock
     matrix = project_copy(tmp_path, {"name: pytorch-cuda": "name: imgbuild-test-int"})
     assert imgbuild("render", "--matrix", str(matrix)).returncode == 0
     before = containers(client)
-    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "build", "--matrix",
-                             str(matrix), "--no-cache", "--log-dir", str(tmp_path / "logs")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            # As from a terminal: a suite started in the background (`cmd &` without job
-                            # control) inherits SIGINT ignored, and Python then installs no Ctrl-C handler.
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = imgbuild_started("build", "--matrix", str(matrix), "--no-cache", "--log-dir", str(tmp_path / "logs"))
     assert proc.stderr is not None
     for line in proc.stderr:
         if re.search(r"step \d+/\d+: RUN", line):
@@ -296,11 +291,8 @@ def test_sigint_with_two_jobs_cancels_both_builds_at_once(client: docker.DockerC
     sleeping = (" && useradd ", f" && sleep 600 && echo {stamp} && useradd ")
     matrix = small_project(tmp_path, "imgbuild-test-int2", sleeping, variants)
     before = containers(client)
-    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "build", "--matrix",
-                             str(matrix), "--os", "debian12", "--cuda", "12.6", "--flavor", "runtime", "--pytorch",
-                             "2.7", "--all", "-j", "2", "--log-dir", str(tmp_path / "logs")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = imgbuild_started("build", "--matrix", str(matrix), "--os", "debian12", "--cuda", "12.6", "--flavor",
+                            "runtime", "--pytorch", "2.7", "--all", "-j", "2", "--log-dir", str(tmp_path / "logs"))
     deadline = time.monotonic() + 240
     while len(containers(client) - before) < 2 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.5)
@@ -341,10 +333,8 @@ def test_two_runs_of_one_build_at_once_both_succeed_with_one_image(client: docke
     image, and nothing of either is left behind."""
     matrix = small_project(tmp_path, "imgbuild-test-twice")
     before = containers(client)
-    procs = [subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "build", "--matrix",
-                               str(matrix), "--no-cache", "--registry", "", "--log-dir", str(tmp_path / f"logs{i}"),
-                               "--json", str(tmp_path / f"r{i}.json")],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    procs = [imgbuild_started("build", "--matrix", str(matrix), "--no-cache", "--registry", "", "--log-dir",
+                              str(tmp_path / f"logs{i}"), "--json", str(tmp_path / f"r{i}.json")) for i in (0, 1)]
     outs = [p.communicate(timeout=BUILD_TIMEOUT_S) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
@@ -354,7 +344,7 @@ def test_two_runs_of_one_build_at_once_both_succeed_with_one_image(client: docke
     tag = "imgbuild-test-twice:" + TAGS[1].split(":", 1)[1]
     assert str(client.images.get(tag).id) == rows[0]["image_id"]
     assert eventually(lambda: containers(client) == before), "a run left a container"
-    assert client.images.list(filters={"label": "io.imgbuild.staging"}) == []
+    assert client.images.list(filters={"label": STAGING_LABEL}) == []
 
 
 def test_two_jobs_build_both_then_test_and_prune_take_only_what_they_name(client: docker.DockerClient,

@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import docker
@@ -16,7 +13,7 @@ import pytest
 from builder.engine import saved
 from builder.pipeline.verify import compare
 
-from ..conftest import ROOT, debian12_base, imgbuild
+from ..conftest import debian12_base, imgbuild, imgbuild_started
 from ..engines import STORES, InnerEngine
 from ..helpers import SMALL_VARIANT, registry, small_project
 
@@ -139,9 +136,7 @@ def test_an_engine_restart_mid_build_is_one_line_and_the_same_command_then_succe
     matrix = small_project(tmp_path / "project", name)
     debian12_base(inner.client(), {"DOCKER_HOST": inner.host})
     build = ("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"))
-    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *build], cwd=ROOT,
-                            env={**os.environ, "DOCKER_HOST": inner.host}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = imgbuild_started(*build, env={"DOCKER_HOST": inner.host}, merged=True)
     assert proc.stdout is not None
     said = []
     for line in proc.stdout:

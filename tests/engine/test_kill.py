@@ -6,10 +6,7 @@ command run again must succeed, with the bytes a build from scratch gives."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,8 +15,9 @@ import pytest
 
 from builder.engine import client as engine
 from builder.engine.bytecode import COMPILE_LABEL
+from builder.engine.prune import TEST_LABEL
 
-from ..conftest import ROOT, debian12_base, imgbuild
+from ..conftest import debian12_base, imgbuild, imgbuild_started
 from ..helpers import small_project
 
 pytestmark = [pytest.mark.engine]
@@ -30,13 +28,12 @@ MOMENTS = (("downloaded ", 0.0), ("step 5/", 0.0), ("wheel layers and the rootfs
 
 def _containers(client: docker.DockerClient) -> set[str]:
     """Every container but `imgbuild test`'s, which a concurrent smoke run may start and remove meanwhile."""
-    return {c.id for c in engine.containers(client) if "io.imgbuild.test" not in c.labels}
+    return {c.id for c in engine.containers(client) if TEST_LABEL not in c.labels}
 
 
 def _killed_at(line: str, after_s: float, args: tuple[str, ...], env: dict[str, str]) -> list[str]:
     """The build's output up to the moment it was killed there."""
-    proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", *args], cwd=ROOT,
-                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = imgbuild_started(*args, env=env, merged=True)
     assert proc.stdout is not None
     said = []
     for text in proc.stdout:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from builder.engine import client as engine
 from builder.engine.canonical import STAGING_LABEL
 from builder.registry import skopeo as registry_client
 
-from ..conftest import ROOT, imgbuild, remove_made
+from ..conftest import imgbuild, imgbuild_started, remove_made
 from ..helpers import SMALL_VARIANT, flaky_proxy, proxy_host, registry, small_project
 
 pytestmark = [pytest.mark.engine, pytest.mark.network]
@@ -134,9 +133,8 @@ def test_a_registry_that_goes_away_mid_push_fails_after_the_retries(small_image:
                                                                     tmp_path: Path) -> None:
     matrix, _ = small_image
     with registry(tmp_path) as host:
-        proc = subprocess.Popen([sys.executable, "-c", "from builder.cli import main; main()", "push", "--matrix",
-                                 str(matrix), "--variant", SMALL_VARIANT, "--registry", host, "--force"],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = imgbuild_started("push", "--matrix", str(matrix), "--variant", SMALL_VARIANT, "--registry", host,
+                                "--force")
         assert proc.stderr is not None
         lines = []
         for line in proc.stderr:
