@@ -281,6 +281,6 @@ def text(header: str, reports: list[ImageReport]) -> str:
     return "\n".join(lines)
 
 
-def remove_test_containers(client: engine.Client) -> int:
+def remove_test_containers(client: engine.Client) -> None:
     """After Ctrl-C: every container this run started, found by its label."""
-    return engine.remove_containers(client, [c.id for c in engine.containers(client, f"{TEST_LABEL}={RUN}")])
+    engine.remove_containers(client, [c.id for c in engine.containers(client, f"{TEST_LABEL}={RUN}")])

@@ -77,8 +77,8 @@ def leftover_containers(client: docker.DockerClient, dry_run: bool = False) -> l
     compiles (engine/bytecode), build steps (engine/step) and `imgbuild test`'s; each as "SHORT_ID (what it was)"."""
     gone = []
     for label, what in RUN_LABELS.items():
-        ended = [c.id for c in containers(client, label) if _ended(c.labels.get(label, ""))]
-        if not dry_run:
-            remove_containers(client, ended)
-        gone += [f"{cid[:12]} ({what} that an ended run left)" for cid in ended]
+        for c in containers(client, label):
+            # one at a time, so that a container the engine removed meanwhile is not reported
+            if _ended(c.labels.get(label, "")) and (dry_run or remove_containers(client, [c.id])):
+                gone.append(f"{c.id[:12]} ({what} that an ended run left)")
     return gone
