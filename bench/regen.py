@@ -24,10 +24,10 @@ from typing import IO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from builder.engine.direct import _IN_VENV, VENV
 from builder.matrix import resolve
 from builder.matrix.project import Project
 from builder.oci import layer, layout, tree, wheel
+from builder.oci.direct import IN_VENV, VENV
 from builder.pins import pinned, wheels
 
 HERE = Path(__file__).resolve().parent.parent
@@ -46,10 +46,10 @@ def written(cl: wheels.CachedLayer, python: str, into: Path, epoch: int) -> laye
     def nodes() -> Iterator[tree.Node]:
         for path, _ in cl.wheels:
             for f in wheel.install(path.name, path.read_bytes(), venv):
-                yield _IN_VENV.node(f.path, f.data, f.mode)
+                yield IN_VENV.node(f.path, f.data, f.mode)
 
     with into.open("w+b") as out:
-        indexed = tree.write(out, nodes(), _IN_VENV, epoch)
+        indexed = tree.write(out, nodes(), IN_VENV, epoch)
     planned, _ = layer.plan(indexed, {}, epoch)
     return planned
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.direct import VENV  # the venv the OS step makes, where imgbuild installs the wheels
 from ..oci.archive import Entry, Saved
+from ..oci.direct import VENV  # the venv the OS step makes, where imgbuild installs the wheels
 
 # Where tools write without being asked, and why each is not the image's: (prefix, what it is).
 TRACES = (

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,13 @@ def _static(project: Project, names: dict[str, str]) -> list[ContextFile]:
 def _payload() -> list[ContextFile]:
     return [ContextFile(f"{ROOTFS}/opt/imgbuild/smoke_tests/{p.name}", p.read_bytes(), REGULAR)
             for p in sorted(PAYLOAD.glob("*.py"))]
+
+
+def rootfs(files: Iterable[ContextFile]) -> tuple[ContextFile, ...]:
+    """The context's rootfs/ files, each with its path under / (no leading slash): the layer imgbuild writes
+    of them (oci/direct)."""
+    return tuple(ContextFile(f.path.removeprefix(ROOTFS + "/"), f.content, f.mode) for f in files
+                 if f.path.startswith(ROOTFS + "/"))
 
 
 def shipped(v: Variant, project: Project) -> list[ContextFile]:

@@ -49,7 +49,7 @@ def dockerfile(v: Variant, project: Project, files: list[ContextFile], skeleton:
     """The variant's Dockerfile; `files` are the context's other files, which its inputs label covers.
 
     With `skeleton`, what the engine builds when imgbuild writes the wheel layers and the rootfs/ layer itself
-    (engine/direct.py): the same Dockerfile without those steps, its labels (the inputs label included) the
+    (oci/direct.py): the same Dockerfile without those steps, its labels (the inputs label included) the
     Dockerfile's own."""
     template = ("Dockerfile.jupyter.j2" if v.flavor == "jupyter" else
                 "Dockerfile.toolkit.j2" if v.distro_toolkit else "Dockerfile.j2")

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import docker
 
+from ..oci.direct import VENV, CompileFailed, version
 from ..oci.tree import Node
 
 # Runs in the container as `python -c`, the venv's interpreter: argv = [prefix, pip (0/1)].
@@ -77,6 +78,8 @@ with tarfile.open(work + "/out.tar", "w", format=tarfile.PAX_FORMAT) as out:
 
 # In the build hash and the committed digests' writer version: another script can give other .pyc bytes.
 SCRIPT_DIGEST = hashlib.sha256(_SCRIPT.encode()).hexdigest()[:12]
+# The version of what writes imgbuild's own layers, compiled by this script (oci/direct.version).
+WRITER = version(SCRIPT_DIGEST)
 # On the containers below, removed when their step ends. Its value names the run ("host:pid"), so that a
 # container a killed run left is found and removed by the next build or `imgbuild prune` (engine/prune).
 COMPILE_LABEL = "io.imgbuild.compile"
@@ -94,10 +97,6 @@ def _tar(files: list[tuple[str, bytes]]) -> io.BytesIO:
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
     return buffer
-
-
-class CompileFailed(Exception):
-    """The image's Python did not compile a file of the layer (or ensurepip failed): its output."""
 
 
 @contextlib.contextmanager
@@ -121,15 +120,15 @@ def _run(client: docker.DockerClient, cid: str) -> tuple[int, str]:
     return status, client.api.logs(cid).decode(errors="replace").strip()
 
 
-def compile_layer(client: docker.DockerClient, image_id: str, prefix: str, sources: dict[str, bytes],
-                  pip: bool) -> tuple[Node, ...]:
-    """Compile `sources` (path under / without the slash: bytes) with `image_id`'s Python at /`prefix`: the
-    .pyc files, and with `pip` pip's files, as the container had them (path, bytes, mode)."""
+def compile_layer(client: docker.DockerClient, image_id: str, sources: dict[str, bytes], pip: bool) -> tuple[Node, ...]:
+    """Compile `sources` (path under / without the slash: bytes) with the Python of `image_id`'s venv: the
+    .pyc files, and with `pip` pip's files, as the container had them (path, bytes, mode); a file that does
+    not compile raises CompileFailed with what Python said. (With the client bound, oci/direct's Compile.)"""
     listing = "".join(f"/{p}\n" for p in sorted(sources)).encode()
     buffer = _tar([(".imgbuild-compile/sources", listing), (".imgbuild-compile/sources.tar",
                                                              _tar(sorted(sources.items())).getvalue())])
-    with _container(client, image_id, [f"/{prefix}/bin/python", "-c", _SCRIPT],
-                    [f"/{prefix}", "1" if pip else "0"], user="0:0",
+    with _container(client, image_id, [f"/{VENV}/bin/python", "-c", _SCRIPT],
+                    [f"/{VENV}", "1" if pip else "0"], user="0:0",
                     environment={"PYTHONDONTWRITEBYTECODE": "1"}) as cid:
         client.api.put_archive(cid, "/", buffer.getvalue())
         status, said = _run(client, cid)
@@ -149,10 +148,10 @@ def compile_layer(client: docker.DockerClient, image_id: str, prefix: str, sourc
     return tuple(nodes)
 
 
-def pip_check(client: docker.DockerClient, image_id: str, prefix: str) -> str | None:
-    """`pip check` in the image: None when every installed distribution's requirements are met, else what
-    pip said."""
-    with _container(client, image_id, [f"/{prefix}/bin/python", "-m", "pip", "check",
+def pip_check(client: docker.DockerClient, image_id: str) -> str | None:
+    """`pip check` in the image's venv: None when every installed distribution's requirements are met, else
+    what pip said."""
+    with _container(client, image_id, [f"/{VENV}/bin/python", "-m", "pip", "check",
                                        "--disable-pip-version-check"], []) as cid:
         status, said = _run(client, cid)
     return None if status == 0 else (said or f"exit status {status}")

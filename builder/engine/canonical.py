@@ -35,11 +35,11 @@ from .. import scratch
 from ..oci import layer
 from ..oci.assembly import Assembly, LayerCopy, Pending, Spooled, closing, staging_config
 from ..oci.config import Base
+from ..oci.direct import FILES_STEP
 from ..oci.layer import Indexed, index
 from ..pins.digests import Digests
 from . import saved
 from .client import containerd_store
-from .direct import FILES_STEP
 from .images import engine_config, load
 from .step import STEP_PREFIX
 
@@ -83,7 +83,7 @@ def base_on(client: docker.DockerClient, image_id: str) -> Base:
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
              written: Sequence[Pending], version: str, copies: Callable[[], LayerCopy] | None = None) -> Assembled:
     """The built image with every layer above the bottom `keep` (the base's) written canonically, then the
-    layers imgbuild wrote itself (`written`, engine/direct), and its config; loaded, and its ID returned.
+    layers imgbuild wrote itself (`written`, oci/direct), and its config; loaded, and its ID returned.
     With `copies`, each layer written goes to a copy of its own as well (Assembly).
 
     The built image is read (`docker save`) only where something of it is rewritten or must travel along:

@@ -1,6 +1,6 @@
 """The `docker load` archive of an image imgbuild writes, as a stream of bytes: each layer above the base
 written in the one form oci/layer decides, from the engine's save of it or from the plain tar imgbuild wrote
-(engine/direct, engine/step), then the config with the new diffIDs and the manifest. Pure: the engine adapter
+(oci/direct, engine/step), then the config with the new diffIDs and the manifest. Pure: the engine adapter
 (engine/canonical) feeds it layers and hands its bytes to the engine.
 """
 
@@ -51,7 +51,7 @@ class Spooled:
     path: Path | None  # the layer tar as the save gave it; None: not read, or one imgbuild wrote
     layer: Indexed
     diff_id: str  # the sha256 the save's read gave it ("" for one imgbuild wrote)
-    written: IO[bytes] | None = None  # the plain tar of a layer imgbuild wrote (engine/direct, engine/step):
+    written: IO[bytes] | None = None  # the plain tar of a layer imgbuild wrote (oci/direct, engine/step):
     # planned against `below`, not the layers below, and closed once it is written out
     below: dict[str, Key] = field(default_factory=dict)
 

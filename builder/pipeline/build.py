@@ -5,6 +5,7 @@ tagged with all its tags only once it succeeded."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import tempfile
 import time
@@ -15,9 +16,18 @@ from pathlib import Path
 
 from .. import patterns, scratch, space
 from ..dockerfile import render
-from ..dockerfile.context import HASH_LABEL, BuildInputs, ContextFile, context_tar, files_digest, hash_ref, shipped
+from ..dockerfile.context import (
+    HASH_LABEL,
+    BuildInputs,
+    ContextFile,
+    context_tar,
+    files_digest,
+    hash_ref,
+    rootfs,
+    shipped,
+)
 from ..dockerfile.render import verified_context
-from ..engine import bases, bytecode, canonical, direct, images, prune, step
+from ..engine import bases, bytecode, canonical, images, prune, step
 from ..engine import client as engine
 from ..engine.build import Builder, BuildFailed, ClassicBuilder, Interrupted
 from ..errors import UserError
@@ -26,6 +36,7 @@ from ..host.base import bootstrap_plan, bootstrapped_ref
 from ..matrix.project import Project
 from ..matrix.resolve import Resolution
 from ..matrix.variant import Variant
+from ..oci import direct, wheel
 from ..oci.assembly import Pending, Written
 from ..oci.config import Base, at_epoch
 from ..oci.layer import LayerError
@@ -71,7 +82,7 @@ class BuildResult:
 
 def writers(v: Variant) -> tuple[str, ...]:
     """The versions of the writers that make `v`'s layers: in its build hash and its committed digests."""
-    return (direct.VERSION, step.VERSION) if v.distro_toolkit else (direct.VERSION,)
+    return (bytecode.WRITER, step.VERSION) if v.distro_toolkit else (bytecode.WRITER,)
 
 
 def order(res: Resolution, variants: list[Variant]) -> list[list[Variant]]:
@@ -140,7 +151,7 @@ def inputs(client: engine.Client, res: Resolution, v: Variant, project: Project,
 
 
 def skeleton(v: Variant, project: Project) -> tuple[ContextFile, ...]:
-    """The context the engine builds, imgbuild writing the layers (engine/direct) and running a devel image's
+    """The context the engine builds, imgbuild writing the layers (oci/direct) and running a devel image's
     toolkit step (engine/step): the skeleton Dockerfile alone."""
     return (render.dockerfile(v, project, shipped(v, project), skeleton=True),)
 
@@ -304,33 +315,40 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
     layers = wheels.in_cache(pins.layers, pins.target)
     opts.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = opts.log_dir / f"{v.name}.log"
-    space.check(needs(client, pins, layers, build_inputs.files, build_inputs.base_ref))
+    # imgbuild's own layers: what they are made of, their planned sizes, and the memory each may take
+    to_write, placed = _to_write(layers), rootfs(build_inputs.files)
+    sizes, budget = direct.planned_sizes(to_write, placed), space.memory_budget(direct.WORKERS)
+    space.check(needs(client, pins, sizes, budget, build_inputs.base_ref))
     tar = context_tar(skeleton(v, project), v.source_date_epoch)
     for container in prune.leftover_containers(client):  # before this build starts one
         rep.say(v.name, f"removed container {container}")
     # With --keep-layers, the copies of the layers are kept only for an image that passes its checks.
     with blobs.keeping() if opts.keep_layers else contextlib.nullcontext(None) as copies:
+        compile_ = functools.partial(bytecode.compile_layer, client)  # in a container of the skeleton
         try:
-            # imgbuild's layers are written from here on (engine/direct), the skeleton's build beside them
-            with direct.temporary() as tmp, direct.writing(client, v, layers, build_inputs.files, Path(tmp),
-                                                           v.source_date_epoch) as (built_id, pending):
+            # imgbuild's layers are written from here on (oci/direct), the skeleton's build beside them
+            with scratch.directory("layers") as tmp, direct.writing(
+                    compile_, v.python, to_write, not v.parent, placed, tmp, v.source_date_epoch,
+                    budget) as (built_id, pending):
                 built = (builder or opts.builder(client)).build(v.name, tar, dict(build_inputs.buildargs),
                                                                 {HASH_LABEL: digest}, opts.no_cache, log_path, rep)
                 built_id.set_result(built)
-                space.check(needs(client, pins, layers, build_inputs.files, built))  # now with the skeleton's size
-                result = _write_direct(client, v, project, pins, built, build_inputs, Path(tmp), pending, log_path,
+                space.check(needs(client, pins, sizes, budget, built))  # now with the skeleton's size
+                result = _write_direct(client, v, project, pins, built, build_inputs, tmp, pending, log_path,
                                        rep, copies)
         except LayerError as exc:  # nothing was loaded: the skeleton stays untagged, as the build cache
             raise BuildFailed("writing the layers", [], log_path, str(exc)) from None
+        except wheel.WheelError as exc:
+            raise UserError(str(exc)) from None
         except direct.DamagedWheel as exc:
-            wheels.forget(exc.entry, exc.path)
+            wheels.forget(next(e for cl in layers for p, e in cl.wheels if p == exc.path), exc.path)
             raise UserError(f"{exc.path}: the cached wheel is damaged ({exc.reason}); it was removed from the cache: "
                             f"run the build again to download it anew") from None
         except OSError as exc:
             if not space.full(exc):
                 raise
             raise BuildFailed("writing the layers", [], log_path, _filled(exc)) from None
-        if problem := bytecode.pip_check(client, result.image_id, direct.VENV):
+        if problem := bytecode.pip_check(client, result.image_id):
             client.api.remove_image(result.image_id)
             raise BuildFailed("pip check in the image", problem.splitlines()[-15:], log_path,
                               "the image's installed distributions do not meet their requirements")
@@ -356,19 +374,17 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
 UNPACKED_DEBS = 3
 
 
-def needs(client: engine.Client, pins: Pinned, layers: Sequence[CachedLayer], files: tuple[ContextFile, ...],
-          below: str) -> list[space.Need]:
+def needs(client: engine.Client, pins: Pinned, sizes: list[int], budget: int, below: str) -> list[space.Need]:
     """The disk space the build takes, known before its first step: in the temporary directory, the
-    layers engine/direct writes past the memory budget, a devel image's toolkit step (engine/step, spooled
-    whole), and the image `below` them (the base before the build, the skeleton after it), which
-    canonical.assemble may read back whole with `docker save`. In the engine's data root, the new layers
-    twice: `docker load` holds its archive, then the layers stored (a layer the engine has is counted all the
-    same); a toolkit step once more, in its container."""
+    layers oci/direct writes (`sizes`, as planned) past each one's memory `budget`, a devel image's toolkit
+    step (engine/step, spooled whole), and the image `below` them (the base before the build, the skeleton
+    after it), which canonical.assemble may read back whole with `docker save`. In the engine's data root,
+    the new layers twice: `docker load` holds its archive, then the layers stored (a layer the engine has is
+    counted all the same); a toolkit step once more, in its container."""
     image = engine.image_or_none(client, below)
     read_back = int((image.attrs.get("Size") if image is not None else 0) or 0)
-    sizes = direct.planned_sizes(layers, files)
     toolkit = UNPACKED_DEBS * (pins.debs.lock.size if pins.debs is not None else 0)
-    written, temp = sum(sizes) + toolkit, direct.spilled(sizes) + toolkit + read_back
+    written, temp = sum(sizes) + toolkit, direct.spilled(sizes, budget) + toolkit + read_back
     found = [space.Need("the layers written to the temporary directory", Path(tempfile.gettempdir()), temp,
                         "set TMPDIR to a larger filesystem")]
     root = Path(str(client.info().get("DockerRootDir") or "/nonexistent"))
@@ -376,6 +392,10 @@ def needs(client: engine.Client, pins: Pinned, layers: Sequence[CachedLayer], fi
         found.append(space.Need("the image as the engine loads it (its layers twice)", root, 2 * written + toolkit,
                                 "remove images the engine no longer needs (`docker image prune`)"))
     return found
+
+
+def _to_write(layers: Sequence[CachedLayer]) -> list[direct.Wheels]:
+    return [direct.Wheels(cl.layer.name, cl.layer.step, tuple(path for path, _ in cl.wheels)) for cl in layers]
 
 
 def _filled(exc: OSError) -> str:
@@ -387,7 +407,7 @@ def _filled(exc: OSError) -> str:
 def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pinned, built: str,
                   build_inputs: BuildInputs, tmp: Path, pending: list[Pending], log_path: Path,
                   rep: Reporter, copies: blobs.Keeping | None) -> canonical.Assembled:
-    """The image from the engine's skeleton `built` and the layers imgbuild writes (`pending`, engine/direct),
+    """The image from the engine's skeleton `built` and the layers imgbuild writes (`pending`, oci/direct),
     loaded while the later layers are still being written; a devel image's toolkit step (engine/step) first.
     With `copies`, each layer written is copied too (host/blobs.Keeping)."""
     if pins.debs is not None:

@@ -12,7 +12,7 @@ import pytest
 
 from builder.dockerfile.context import BuildInputs, ContextFile, context_tar
 from builder.dockerfile.render import context
-from builder.engine import direct, step
+from builder.engine import bytecode, step
 from builder.matrix.project import Project
 from builder.matrix.resolve import load
 from builder.pins.layers import wheel_layers
@@ -42,7 +42,7 @@ def test_hash_is_stable_for_unchanged_inputs() -> None:
     {"base": "sha256:bb"},  # a new base image ID
     {"args": (("BASE_IMAGE", "mirror.local/debian:12"),)},
     {"shaping": step.VERSION},  # another writer of the same layers' bytes
-    {"shaping": direct.VERSION},
+    {"shaping": bytecode.WRITER},
 ])
 def test_hash_changes_with_any_input(changed: dict[str, object]) -> None:
     assert digest(**changed) != digest()  # type: ignore[arg-type]

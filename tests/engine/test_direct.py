@@ -1,4 +1,4 @@
-"""The layers imgbuild writes itself (builder/engine/direct.py) against the real engine: a wheel whose file does
+"""The layers imgbuild writes itself (builder/oci/direct.py) against the real engine: a wheel whose file does
 not compile fails the build, naming the file, with nothing tagged and no container or temporary file left."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Where the layers imgbuild writes wait for the engine (builder/engine/direct.py): in memory up to a budget,
-then in the temporary directory; a disk that fills while one is written is named, and nothing is left."""
+"""Where the layers imgbuild writes wait for the engine (builder/oci/direct.py): in memory up to a budget
+(builder/space.memory_budget), then in the temporary directory; a disk that fills while one is written is
+named, and nothing is left."""
 
 from __future__ import annotations
 
@@ -11,26 +12,23 @@ from pathlib import Path
 import pytest
 
 from builder import space
-from builder.dockerfile.context import REGULAR, ContextFile
-from builder.engine import direct
-from builder.pins.layers import CachedLayer, WheelLayer
-from builder.pins.lockfile import Locked
+from builder.dockerfile.context import REGULAR, ContextFile, rootfs
+from builder.oci import direct
 
 
 def _files(size: int) -> tuple[ContextFile, ...]:
-    return (ContextFile("rootfs/opt/big.bin", b"b" * size, REGULAR),)
+    return (ContextFile("opt/big.bin", b"b" * size, REGULAR),)
 
 
 def test_a_layer_past_the_memory_budget_goes_to_the_temporary_directory_and_a_full_one_leaves_nothing(
-        small_disk: Callable[[int], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+        small_disk: Callable[[int], Path]) -> None:
     disk = small_disk(2_000_000)
-    monkeypatch.setenv("IMGBUILD_SPOOL_MEMORY", "0")  # every layer to disk
-    written = direct.files_layer(_files(500_000), disk, 0)
+    written = direct.files_layer(_files(500_000), disk, 0, 0)  # a budget of 0: every layer to disk
     assert shutil.disk_usage(disk).used >= 500_000, "the layer's tar is on the disk, not in memory"
     written.spool.close()
     assert shutil.disk_usage(disk).used < 100_000, "and gone once it is read"
     with pytest.raises(OSError) as filled:
-        direct.files_layer(_files(3_000_000), disk, 0)
+        direct.files_layer(_files(3_000_000), disk, 0, 0)
     assert space.full(filled.value), "the build names the temporary directory for this error (pipeline/build)"
     assert list(disk.iterdir()) == [], "the spool is gone with the error"
 
@@ -39,15 +37,17 @@ def test_within_the_budget_a_layer_stays_in_memory(small_disk: Callable[[int], P
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     disk = small_disk(1_000_000)
     monkeypatch.setenv("IMGBUILD_SPOOL_MEMORY", "10000000")
-    written = direct.files_layer(_files(3_000_000), disk, 0)  # three times the disk
+    written = direct.files_layer(_files(3_000_000), disk, 0, space.memory_budget(direct.WORKERS))  # 3x the disk
     assert shutil.disk_usage(disk).used < 100_000
     written.spool.close()
 
 
-def test_the_estimate_bounds_the_layer_written(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    files = (*_files(300_000), ContextFile("rootfs/etc/x", b"x", REGULAR), ContextFile("Dockerfile", b"F", REGULAR))
+def test_the_estimate_bounds_the_layer_written(tmp_path: Path) -> None:
+    files = rootfs((ContextFile("rootfs/opt/big.bin", b"b" * 300_000, REGULAR),
+                    ContextFile("rootfs/etc/x", b"x", REGULAR), ContextFile("Dockerfile", b"F", REGULAR)))
+    assert [f.path for f in files] == ["opt/big.bin", "etc/x"], "the rootfs/ files alone, under /"
     [planned] = direct.planned_sizes([], files)
-    written = direct.files_layer(files, tmp_path, 0)
+    written = direct.files_layer(files, tmp_path, 0, 0)
     size = written.spool.seek(0, 2)
     written.spool.close()
     assert size <= planned < size + 32768, (size, planned)
@@ -58,23 +58,25 @@ def test_a_budget_that_is_not_a_number_is_refused_naming_the_variable(monkeypatc
 
     monkeypatch.setenv("IMGBUILD_SPOOL_MEMORY", "2G")
     with pytest.raises(UserError, match=r"^IMGBUILD_SPOOL_MEMORY='2G': give a number of bytes"):
-        direct.memory_budget()
+        space.memory_budget(direct.WORKERS)
 
 
-def test_a_cached_wheel_that_does_not_unzip_is_named_with_its_pin_and_nothing_is_left(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cached_wheel_that_does_not_unzip_is_named_and_nothing_is_left(tmp_path: Path) -> None:
     """A wheel cut short after the build checked it (a full disk, another tool) is found while it is read:
-    the writer names the file and the pin, for the build to take it out of the cache, and leaves no spool."""
+    the writer names the file, for the build to take it out of the cache, and leaves no spool (a budget of 0:
+    the layer's tar on disk, where a leftover would show)."""
     spools = tmp_path / "spools"
     spools.mkdir()
-    monkeypatch.setenv("IMGBUILD_SPOOL_MEMORY", "0")  # the layer's tar on disk, where a leftover would show
     damaged = tmp_path / "six-1.17.0-py2.py3-none-any.whl"
     damaged.write_bytes(b"PK\x03\x04 cut short")
-    entry = Locked("six", "1.17.0", ("0" * 64,), "six==1.17.0")
-    cl = CachedLayer(WheelLayer("rest", "six==1.17.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"), ((damaged, entry),))
+    layer = direct.Wheels("rest", "imgbuild: layer rest: 1 wheels: six", (damaged,))
     skeleton: Future[str] = Future()  # never built: the wheel fails before its bytecode is wanted
+
+    def compile_(image_id: str, sources: dict[str, bytes], pip: bool) -> list[direct.tree.Node]:
+        raise AssertionError("the bytecode is not wanted")
+
     with pytest.raises(direct.DamagedWheel) as raised:
-        direct.wheel_layer(None, skeleton, "3.11", cl, False, spools, 0)  # type: ignore[arg-type]
-    assert raised.value.path == damaged and raised.value.entry == entry
+        direct.wheel_layer(compile_, skeleton, "3.11", layer, False, spools, 0, 0)
+    assert raised.value.path == damaged
     assert "zip file" in raised.value.reason, raised.value.reason
     assert list(spools.iterdir()) == []
