@@ -37,7 +37,6 @@ from ..oci.assembly import Assembly, LayerCopy, Pending, Spooled, closing, stagi
 from ..oci.config import Base
 from ..oci.direct import FILES_STEP
 from ..oci.layer import Indexed, index
-from ..pins.digests import Digests
 from . import saved
 from .client import containerd_store
 from .images import engine_config, load
@@ -48,10 +47,12 @@ STAGING_LABEL = "io.imgbuild.staging"  # a staging image's run (_staged_load)
 
 @dataclass(frozen=True)
 class Assembled:
-    """An image imgbuild wrote and the engine loaded."""
+    """An image imgbuild wrote and the engine loaded, and what it is made of (for its committed digests)."""
 
     image_id: str
-    digests: Digests  # what the image is made of, for the committed digests (pins/digests)
+    config_digest: str  # sha256 of the config
+    diff_ids: tuple[str, ...]  # bottom first
+    steps: tuple[str, ...]  # what made each layer, in a few words; () where the history does not say
     clamped: tuple[str, ...] = ()  # "layer N: path" for entries dated after the epoch, written at it
     config: bytes = b""  # the config's bytes, as the engine took them
 
@@ -81,7 +82,7 @@ def base_on(client: docker.DockerClient, image_id: str) -> Base:
 
 
 def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
-             written: Sequence[Pending], version: str, copies: Callable[[], LayerCopy] | None = None) -> Assembled:
+             written: Sequence[Pending], copies: Callable[[], LayerCopy] | None = None) -> Assembled:
     """The built image with every layer above the bottom `keep` (the base's) written canonically, then the
     layers imgbuild wrote itself (`written`, oci/direct), and its config; loaded, and its ID returned.
     With `copies`, each layer written goes to a copy of its own as well (Assembly).
@@ -106,9 +107,8 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
     config_digest = "sha256:" + hashlib.sha256(assembly.config_bytes).hexdigest()
     steps = tuple(_step(str(h.get("created_by", ""))) for h in config.get("history", []) or []  # type: ignore[attr-defined]
                   if not h.get("empty_layer"))
-    return Assembled(loaded or config_digest,
-                     Digests(version, config_digest, tuple(assembly.diff_ids),
-                             steps if len(steps) == len(assembly.diff_ids) else ()), tuple(assembly.clamped),
+    return Assembled(loaded or config_digest, config_digest, tuple(assembly.diff_ids),
+                     steps if len(steps) == len(assembly.diff_ids) else (), tuple(assembly.clamped),
                      assembly.config_bytes)
 
 

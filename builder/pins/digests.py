@@ -1,6 +1,6 @@
 """The committed digests of an image (`imgbuild build --record-digests`), next to its lock:
 locks/<variant>.digests.json holds the config digest and every layer's diffID that build gave, and the
-writer version (engine/canonical) that gave them; and what `imgbuild push` will publish of it: the
+writer versions (pipeline.build.writers) that gave them; and what `imgbuild push` will publish of it: the
 manifest digest and each compressed layer's digest, with the compressor's version (oci/layout). A build
 that differs is an error naming the first layer
 that differs, so a change of bytes is seen where it happens, not when someone compares by hand."""

@@ -353,7 +353,8 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
             raise BuildFailed("pip check in the image", problem.splitlines()[-15:], log_path,
                               "the image's installed distributions do not meet their requirements")
         image_id = result.image_id
-        checked, problem = check_digests(project, v, result.digests, build_inputs.base_layers, opts, rep)
+        made = expected.Digests(", ".join(writers(v)), result.config_digest, result.diff_ids, result.steps)
+        checked, problem = check_digests(project, v, made, build_inputs.base_layers, opts, rep)
         if problem:
             return BuildResult(v.name, "failed", time.monotonic() - start, image_id, log=log_path,
                                message=f"image {image_id[:19]}, left untagged, is not what "
@@ -416,8 +417,7 @@ def _write_direct(client: engine.Client, v: Variant, project: Project, pins: Pin
                                 log_path, rep)
         pending = [Pending(toolkit.created_by, lambda: toolkit), *pending]
     rep.begin(v.name, f"writing {len(pins.layers)} wheel layers and the rootfs/ layer, loading them as they are done")
-    return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending,
-                              ", ".join(writers(v)), copies)
+    return canonical.assemble(client, built, build_inputs.base_layers, v.source_date_epoch, pending, copies)
 
 
 def _toolkit_step(client: engine.Client, v: Variant, project: Project, debs: Debs, below: str, into: Path,
