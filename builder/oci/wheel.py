@@ -127,20 +127,20 @@ def _rewrite_shebang(data: bytes, interpreter: str) -> bytes:
     return b"#!" + interpreter.encode() + b"\n" + (rest if sep else b"")
 
 
-def _target(name: str, data_dir: str, dist: str, venv: Venv) -> tuple[str, str]:
+def _target(name: str, data_dir: str, dist: str, venv: Venv, wheel: str) -> tuple[str, str]:
     """Where a wheel entry goes under /, and its scheme ('' for the root). A name that would leave its
     scheme's folder (absolute, or with a `..` part) is refused: the wheel spec's installers must."""
     if name.startswith("/") or ".." in name.split("/"):
-        raise WheelError(f"{name}: leaves the folder it installs to")
+        raise WheelError(f"{wheel}: {name}: leaves the folder it installs to")
     if not name.startswith(data_dir + "/"):
         return f"{venv.site_packages}/{name}", ""
     scheme, _, rest = name[len(data_dir) + 1:].partition("/")
     if not rest:
-        raise WheelError(f"{name}: a file directly under {data_dir}/")
+        raise WheelError(f"{wheel}: {name}: a file directly under {data_dir}/")
     where = {"purelib": venv.site_packages, "platlib": venv.site_packages, "scripts": f"{venv.prefix}/bin",
              "data": venv.prefix, "headers": f"{venv.prefix}/include/site/python{venv.python}/{dist}"}
     if scheme not in where:
-        raise WheelError(f"{name}: unknown scheme {scheme!r} (expected {', '.join(sorted(where))})")
+        raise WheelError(f"{wheel}: {name}: unknown scheme {scheme!r} (expected {', '.join(sorted(where))})")
     return f"{where[scheme]}/{rest}", scheme
 
 
@@ -183,7 +183,7 @@ def install(path: str, data: bytes, venv: Venv) -> list[File]:
             digest = _digest(content)
             if name not in recorded or recorded[name] != digest:
                 raise WheelError(f"{wheel}: {name} does not match the wheel's RECORD")
-            where, scheme = _target(name, data_dir, dist, venv)
+            where, scheme = _target(name, data_dir, dist, venv, wheel)
             mode = _mode(info)
             if scheme == "scripts":
                 content, mode = _rewrite_shebang(content, venv.interpreter), 0o755

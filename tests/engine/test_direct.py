@@ -30,12 +30,13 @@ def _record(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}\n"
 
 
-def broken_wheel() -> tuple[str, bytes]:
-    """A wheel whose module has a syntax error: every installer unpacks it; only compiling finds it."""
+def broken_wheel(extra: dict[str, bytes] | None = None) -> tuple[str, bytes]:
+    """A wheel whose module has a syntax error: every installer unpacks it; only compiling finds it. With
+    `extra`, those entries too."""
     files = {"brokenpkg/__init__.py": b"X = 1\n", "brokenpkg/zz_broken.py": b"def broken(:\n",
              "brokenpkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: brokenpkg\nVersion: 1.0\n",
              "brokenpkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                              b"Tag: py3-none-any\n"}
+                                              b"Tag: py3-none-any\n", **(extra or {})}
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
         for name, data in files.items():
@@ -45,11 +46,20 @@ def broken_wheel() -> tuple[str, bytes]:
     return "brokenpkg-1.0-py3-none-any.whl", out.getvalue()
 
 
-def test_a_file_that_does_not_compile_fails_the_build_naming_it(client: docker.DockerClient,
-                                                               tmp_path: Path) -> None:
+# A wheel that does not compile fails the build (exit 1, the layer's step failed); one that breaks the wheel
+# spec is an input error (exit 2), in one line naming the layer, the wheel and the entry.
+@pytest.mark.parametrize(("extra", "status", "said_is"), [
+    ({}, 1, r".*bytecode did not compile.*zz_broken\.py.*"),
+    ({"brokenpkg-1.0.data/platinclude/x.h": b"x"}, 2,
+     r".*imgbuild: error: layer \w+: brokenpkg-1\.0-py3-none-any\.whl: brokenpkg-1\.0\.data/platinclude/x\.h: "
+     r"unknown scheme 'platinclude' \(expected data, headers, platlib, purelib, scripts\)"),
+], ids=["does-not-compile", "outside-the-spec"])
+def test_a_wheel_that_cannot_be_installed_fails_the_build_naming_it(
+        client: docker.DockerClient, tmp_path: Path, extra: dict[str, bytes], status: int, said_is: str) -> None:
+    """Either way nothing is tagged and no container or temporary file is left."""
     matrix = small_project(tmp_path / "project", NAME)
     cache = tmp_path / "cache"
-    name, data = broken_wheel()
+    name, data = broken_wheel(extra)
     sha = hashlib.sha256(data).hexdigest()
     (cache / "imgbuild" / "wheels" / "files").mkdir(parents=True)
     (cache / "imgbuild" / "wheels" / "sha256").mkdir()
@@ -64,13 +74,13 @@ def test_a_file_that_does_not_compile_fails_the_build_naming_it(client: docker.D
     result = imgbuild("build", "--matrix", str(matrix), "--log-dir", str(tmp_path / "logs"),
                       "--json", str(tmp_path / "r.json"), timeout=1200, env={"XDG_CACHE_HOME": str(cache)})
     said = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode == 1, said[-3000:]
-    assert "bytecode did not compile" in said and "zz_broken.py" in said and "Traceback" not in said, said[-3000:]
-    assert json.loads((tmp_path / "r.json").read_text())[0]["status"] == "failed"
+    assert result.returncode == status, said[-3000:]
+    assert re.fullmatch(said_is, said) and "Traceback" not in said, said[-3000:]
+    if status == 1:
+        assert json.loads((tmp_path / "r.json").read_text())[0]["status"] == "failed"
     assert {str(i.id) for i in client.images.list(name=NAME)} == before
     assert client.containers.list(all=True, filters={"label": COMPILE_LABEL}) == []
     assert set(Path(tempfile.gettempdir()).glob("imgbuild-*")) <= temporaries
-
 
 
 def test_a_cached_wheel_cut_short_is_found_before_the_build_and_downloaded_again(client: docker.DockerClient,

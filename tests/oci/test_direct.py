@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,9 @@ import pytest
 from builder import space
 from builder.dockerfile.context import REGULAR, ContextFile, rootfs
 from builder.oci import direct
+from builder.oci.wheel import WheelError
+
+from .test_wheel import FILES, NAME, wheel
 
 
 def _files(size: int) -> tuple[ContextFile, ...]:
@@ -79,4 +83,18 @@ def test_a_cached_wheel_that_does_not_unzip_is_named_and_nothing_is_left(tmp_pat
         direct.wheel_layer(compile_, skeleton, "3.11", layer, False, spools, 0, 0)
     assert raised.value.path == damaged
     assert "zip file" in raised.value.reason, raised.value.reason
+    assert list(spools.iterdir()) == []
+
+
+def test_a_wheel_outside_the_spec_fails_its_layer_naming_the_layer_and_the_wheel(tmp_path: Path) -> None:
+    """The build makes this one line its error (pipeline/build: a UserError, exit 2)."""
+    spools = tmp_path / "spools"
+    spools.mkdir()
+    outside = tmp_path / NAME
+    outside.write_bytes(wheel({**FILES, "demo-1.0.data/platinclude/x.h": b"x"}))
+    compile_ = partial(pytest.fail, "no bytecode for a layer that failed")
+    with pytest.raises(WheelError) as raised:
+        direct.wheel_layer(compile_, Future(), "3.11", direct.Wheels("rest", "rest", (outside,)), False, spools, 0, 0)
+    assert str(raised.value) == f"layer rest: {NAME}: demo-1.0.data/platinclude/x.h: unknown scheme 'platinclude' " \
+                                "(expected data, headers, platlib, purelib, scripts)"
     assert list(spools.iterdir()) == []
