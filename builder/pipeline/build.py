@@ -341,7 +341,7 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
         except wheel.WheelError as exc:
             raise UserError(str(exc)) from None
         except direct.DamagedWheel as exc:
-            wheels.forget(next(e for cl in layers for p, e in cl.wheels if p == exc.path), exc.path)
+            forget_damaged(layers, exc)
             raise UserError(f"{exc.path}: the cached wheel is damaged ({exc.reason}); it was removed from the cache: "
                             f"run the build again to download it anew") from None
         except OSError as exc:
@@ -393,6 +393,11 @@ def needs(client: engine.Client, pins: Pinned, sizes: list[int], budget: int, be
         found.append(space.Need("the image as the engine loads it (its layers twice)", root, 2 * written + toolkit,
                                 "remove images the engine no longer needs (`docker image prune`)"))
     return found
+
+
+def forget_damaged(layers: Sequence[CachedLayer], damaged: direct.DamagedWheel) -> None:
+    """Take a wheel the writer found damaged out of the cache, under the pin it was cached for."""
+    wheels.forget(next(e for cl in layers for p, e in cl.wheels if p == damaged.path), damaged.path)
 
 
 def _to_write(layers: Sequence[CachedLayer]) -> list[direct.Wheels]:

@@ -19,6 +19,9 @@ from builder.oci.wheel import WheelError
 
 from .test_wheel import FILES, NAME, wheel
 
+# A layer that fails before its bytecode never asks for it.
+NO_BYTECODE = partial(pytest.fail, "no bytecode for a layer that failed")
+
 
 def _files(size: int) -> tuple[ContextFile, ...]:
     return (ContextFile("opt/big.bin", b"b" * size, REGULAR),)
@@ -75,12 +78,8 @@ def test_a_cached_wheel_that_does_not_unzip_is_named_and_nothing_is_left(tmp_pat
     damaged.write_bytes(b"PK\x03\x04 cut short")
     layer = direct.Wheels("rest", "imgbuild: layer rest: 1 wheels: six", (damaged,))
     skeleton: Future[str] = Future()  # never built: the wheel fails before its bytecode is wanted
-
-    def compile_(image_id: str, sources: dict[str, bytes], pip: bool) -> list[direct.tree.Node]:
-        raise AssertionError("the bytecode is not wanted")
-
     with pytest.raises(direct.DamagedWheel) as raised:
-        direct.wheel_layer(compile_, skeleton, "3.11", layer, False, spools, 0, 0)
+        direct.wheel_layer(NO_BYTECODE, skeleton, "3.11", layer, False, spools, 0, 0)
     assert raised.value.path == damaged
     assert "zip file" in raised.value.reason, raised.value.reason
     assert list(spools.iterdir()) == []
@@ -92,9 +91,9 @@ def test_a_wheel_outside_the_spec_fails_its_layer_naming_the_layer_and_the_wheel
     spools.mkdir()
     outside = tmp_path / NAME
     outside.write_bytes(wheel({**FILES, "demo-1.0.data/platinclude/x.h": b"x"}))
-    compile_ = partial(pytest.fail, "no bytecode for a layer that failed")
     with pytest.raises(WheelError) as raised:
-        direct.wheel_layer(compile_, Future(), "3.11", direct.Wheels("rest", "rest", (outside,)), False, spools, 0, 0)
+        direct.wheel_layer(NO_BYTECODE, Future(), "3.11", direct.Wheels("rest", "rest", (outside,)), False, spools,
+                           0, 0)
     assert str(raised.value) == f"layer rest: {NAME}: demo-1.0.data/platinclude/x.h: unknown scheme 'platinclude' " \
                                 "(expected data, headers, platlib, purelib, scripts)"
     assert list(spools.iterdir()) == []
