@@ -26,11 +26,11 @@ import docker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from builder.engine import client as engine  # noqa: E402  (the project root, above)
+from builder.dockerfile import render  # noqa: E402  (the project root, above)
+from builder.engine import client as engine  # noqa: E402
 from builder.matrix.project import Project  # noqa: E402
 from builder.matrix.resolve import load  # noqa: E402
 from builder.pins import lockfile, wheels  # noqa: E402
-from builder.pipeline.build import skeleton  # noqa: E402
 from tests.helpers import registry  # noqa: E402  (the tests' docker-registry: one start-up)
 
 RESULTS = ROOT / "bench" / "results"
@@ -278,7 +278,7 @@ def main() -> None:
         context = work / "skeleton"  # the Dockerfile the engine builds: the OS stage and the metadata
         context.mkdir()
         matrix = ROOT / "matrix.yaml"
-        engine_built = skeleton(load(matrix).variant(VARIANT), Project.for_matrix(matrix))
+        engine_built = render.skeleton(load(matrix).variant(VARIANT), Project.for_matrix(matrix))
         (context / "Dockerfile").write_bytes(engine_built[0].content)
         for _ in range(max(RUNS, 5)):
             seconds, done = timed([IMGBUILD, "build", "--variant", VARIANT, "--log-dir", str(work / "unchanged")])

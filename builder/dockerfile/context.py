@@ -114,6 +114,9 @@ class BuildInputs:
     # gives other bytes from the same context, so it is an input too.
     shaping: str = ""
     base_layers: int = 0  # how many of the image's layers are the base's: not an input, known with it
+    # The context the engine builds (dockerfile.render.skeleton): not an input by itself, the shaping names
+    # its digest
+    skeleton: tuple[ContextFile, ...] = ()
 
     @property
     def base_ref(self) -> str:

@@ -87,6 +87,12 @@ def toolkit_step(v: Variant, project: Project, debs: deblock.DebLock) -> tuple[s
     return script, _step_args(v)
 
 
+def skeleton(v: Variant, project: Project) -> tuple[ContextFile, ...]:
+    """The context the engine builds where imgbuild writes the wheel layers and the rootfs/ layer itself
+    (oci/direct) and runs a devel image's toolkit step (engine/step): the skeleton Dockerfile alone."""
+    return (dockerfile(v, project, shipped(v, project), skeleton=True),)
+
+
 def committed(v: Variant, project: Project) -> list[ContextFile]:
     """What images/<variant>/ holds: the Dockerfile alone."""
     return [dockerfile(v, project, shipped(v, project))]

@@ -19,14 +19,11 @@ from ..dockerfile import render
 from ..dockerfile.context import (
     HASH_LABEL,
     BuildInputs,
-    ContextFile,
     context_tar,
     files_digest,
     hash_ref,
     rootfs,
-    shipped,
 )
-from ..dockerfile.render import verified_context
 from ..engine import bases, bytecode, canonical, images, prune, step
 from ..engine import client as engine
 from ..engine.build import Builder, BuildFailed, ClassicBuilder, Interrupted
@@ -138,7 +135,7 @@ def inputs(client: engine.Client, res: Resolution, v: Variant, project: Project,
     if v.distro_toolkit and not deblock.path(project, v).is_file():
         raise UserError(f"{v.name} has no .deb lock ({deblock.path(project, v)}); run `imgbuild lock --variant "
                         f"{v.name}` with the {v.os} base here (`imgbuild base bootstrap {v.os}`)")
-    rendered = verified_context(v, project, Path(res.facts.file))
+    rendered = render.verified_context(v, project, Path(res.facts.file))
     if base is None:
         base_ref, base_id = resolve_base(client, res, v, opts)
         base = base_ref, canonical.base_on(client, base_id)
@@ -146,14 +143,9 @@ def inputs(client: engine.Client, res: Resolution, v: Variant, project: Project,
     arg = "RUNTIME_IMAGE" if v.parent_ref else "BASE_IMAGE"
     # the skeleton the engine builds is an input too, and how a step's layer is read
     first, *rest = writers(v)
-    shaping = " ".join((first, "skeleton", files_digest(list(skeleton(v, project))), *rest))
-    return BuildInputs(tuple(rendered), found.identity, ((arg, base_ref),), shaping, found.layers)
-
-
-def skeleton(v: Variant, project: Project) -> tuple[ContextFile, ...]:
-    """The context the engine builds, imgbuild writing the layers (oci/direct) and running a devel image's
-    toolkit step (engine/step): the skeleton Dockerfile alone."""
-    return (render.dockerfile(v, project, shipped(v, project), skeleton=True),)
+    engine_builds = render.skeleton(v, project)
+    shaping = " ".join((first, "skeleton", files_digest(list(engine_builds)), *rest))
+    return BuildInputs(tuple(rendered), found.identity, ((arg, base_ref),), shaping, found.layers, engine_builds)
 
 
 def adopt_parent(client: engine.Client, res: Resolution, v: Variant, ref: str) -> str:
@@ -319,7 +311,7 @@ def build_one(client: engine.Client, res: Resolution, v: Variant, project: Proje
     to_write, placed = _to_write(layers), rootfs(build_inputs.files)
     sizes, budget = direct.planned_sizes(to_write, placed), space.memory_budget(direct.WORKERS)
     space.check(needs(client, pins, sizes, budget, build_inputs.base_ref))
-    tar = context_tar(skeleton(v, project), v.source_date_epoch)
+    tar = context_tar(build_inputs.skeleton, v.source_date_epoch)
     for container in prune.leftover_containers(client):  # before this build starts one
         rep.say(v.name, f"removed container {container}")
     # With --keep-layers, the copies of the layers are kept only for an image that passes its checks.
