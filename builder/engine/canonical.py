@@ -26,17 +26,16 @@ import secrets
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import docker
 import docker.errors
 
 from .. import scratch
 from ..oci import layer
-from ..oci.assembly import Assembly, LayerCopy, Pending, Spooled, closing, staging_config
+from ..oci.assembly import Assembly, LayerCopy, Pending, Spooled, closing, spooled, staging_config
 from ..oci.config import Base
 from ..oci.direct import FILES_STEP
-from ..oci.layer import Indexed, index
+from ..oci.layer import Indexed
 from . import saved
 from .client import containerd_store
 from .images import engine_config, load
@@ -55,24 +54,6 @@ class Assembled:
     steps: tuple[str, ...]  # what made each layer, in a few words; () where the history does not say
     clamped: tuple[str, ...] = ()  # "layer N: path" for entries dated after the epoch, written at it
     config: bytes = b""  # the config's bytes, as the engine took them
-
-
-def _layers(client: docker.DockerClient, image_id: str, into: Path,
-            epoch: int) -> tuple[dict[str, object], list[Spooled]]:
-    """The saved image's config and its layers, each indexed while it is spooled to a file under `into`,
-    bottom first; times after `epoch` are read as the epoch."""
-    files: dict[str, tuple[Path, Indexed]] = {}
-
-    def spool(name: str, raw: IO[bytes]) -> None:
-        path = into / f"spool-{len(files)}.tar"
-        with path.open("wb") as f:
-            files[name] = path, index(raw, epoch, f)
-
-    image = saved.read(client, image_id, 0, layer_sink=spool)
-    # `docker save` writes a layer equal to an earlier one once, and links the other name to it
-    by_diff = {image.diff_ids[p]: f for p, f in files.items()}
-    return image.config, [Spooled(*(files.get(p) or by_diff[image.diff_ids[p]]), image.diff_ids[p])
-                          for p in image.layers]
 
 
 def base_on(client: docker.DockerClient, image_id: str) -> Base:
@@ -97,7 +78,7 @@ def assemble(client: docker.DockerClient, built_id: str, keep: int, epoch: int,
         if known is not None and len(diff_ids) == keep:
             config, below = known, [Spooled(None, Indexed({}, {}), d) for d in diff_ids]
         else:
-            config, below = _layers(client, built_id, Path(tmp), epoch)
+            config, below = spooled(saved.saved_stream(client, built_id), Path(tmp), epoch)
         layers: list[Spooled | Pending] = [*below, *written]
         if written:
             config = {**config, "history": _with_steps(list(config.get("history") or []),  # type: ignore[call-overload]

@@ -3,36 +3,16 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import IO
 
 import docker
 
-from ..oci.archive import Saved, read_archive
-
-
-class ChunkReader(io.RawIOBase):
-    """A file object over docker-py's chunk iterator, for streaming tarfile reads."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks, self._buffer = chunks, b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        while not self._buffer:
-            try:
-                self._buffer = next(self._chunks)
-            except StopIteration:
-                return 0
-        n = min(len(b), len(self._buffer))
-        b[:n], self._buffer = self._buffer[:n], self._buffer[n:]
-        return n
+from ..oci.archive import Saved, read_archive, stream
 
 
 def saved_stream(client: docker.DockerClient, image_id: str) -> io.BufferedReader:
-    return io.BufferedReader(ChunkReader(client.images.get(image_id).save(chunk_size=1 << 20)), 1 << 20)
+    return stream(client.images.get(image_id).save(chunk_size=1 << 20))
 
 
 def read(client: docker.DockerClient, image_id: str, epoch: int, index: bool = False,

@@ -24,12 +24,12 @@ from typing import IO, BinaryIO
 import docker
 
 from ..oci import changes, layer
+from ..oci.archive import stream
 from ..oci.assembly import Written
 from ..oci.layer import Indexed, Key
 from .build import BuildFailed
 from .bytecode import owner
 from .client import containers, remove_containers
-from .saved import ChunkReader
 
 STEP_PREFIX = "imgbuild: step "  # a step's history entry ("created_by") begins so
 STEP_LABEL = "io.imgbuild.step"  # on a step's containers: the run ("host:pid"), as engine/prune reads it
@@ -77,7 +77,7 @@ def _entries(client: docker.DockerClient, cid: str, paths: tuple[str, ...], epoc
             if stdout:
                 yield stdout
 
-    reader = io.BufferedReader(ChunkReader(out()), 1 << 20)
+    reader = stream(out())
     try:
         found = layer.index(reader, epoch, copy)
     except tarfile.TarError as exc:

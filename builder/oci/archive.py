@@ -18,7 +18,7 @@ import json
 import posixpath
 import shutil
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -69,6 +69,31 @@ class Saved:
     diff_ids: dict[str, str] = field(default_factory=dict)  # archive path -> sha256 of the layer tar
     late: dict[str, list[str]] = field(default_factory=dict)  # archive path -> entries newer than the epoch
     entries: dict[str, dict[str, Entry]] = field(default_factory=dict)  # filled when asked (verify-repro)
+
+
+class Chunks(io.RawIOBase):
+    """A file object over an iterator of byte chunks (an engine's streamed answer), for streaming tar reads:
+    `stream` gives it the buffered reader tarfile wants."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks, self._buffer = chunks, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        while not self._buffer:
+            try:
+                self._buffer = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(b), len(self._buffer))
+        b[:n], self._buffer = self._buffer[:n], self._buffer[n:]
+        return n
+
+
+def stream(chunks: Iterator[bytes]) -> io.BufferedReader:
+    return io.BufferedReader(Chunks(chunks), 1 << 20)
 
 
 class Hashing(io.RawIOBase):

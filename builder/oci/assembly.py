@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from . import layer
+from .archive import read_archive
 from .config import canonical_config
-from .layer import Indexed, Key, apply, archive_member, plan
+from .layer import Indexed, Key, apply, archive_member, index, plan
 
 _BLOCK = 1 << 20
 
@@ -54,6 +55,23 @@ class Spooled:
     written: IO[bytes] | None = None  # the plain tar of a layer imgbuild wrote (oci/direct, engine/step):
     # planned against `below`, not the layers below, and closed once it is written out
     below: dict[str, Key] = field(default_factory=dict)
+
+
+def spooled(archive: IO[bytes], into: Path, epoch: int) -> tuple[dict[str, object], list[Spooled]]:
+    """An image archive's config and its layers (`docker save`'s stream), each indexed while it is spooled to a
+    file under `into`, bottom first; times after `epoch` are read as the epoch."""
+    files: dict[str, tuple[Path, Indexed]] = {}
+
+    def spool(name: str, raw: IO[bytes]) -> None:
+        path = into / f"spool-{len(files)}.tar"
+        with path.open("wb") as f:
+            files[name] = path, index(raw, epoch, f)
+
+    image = read_archive(archive, 0, layer_sink=spool)
+    # `docker save` writes a layer equal to an earlier one once, and links the other name to it
+    by_diff = {image.diff_ids[p]: f for p, f in files.items()}
+    return image.config, [Spooled(*(files.get(p) or by_diff[image.diff_ids[p]]), image.diff_ids[p])
+                          for p in image.layers]
 
 
 class LayerCopy(Protocol):

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import tarfile
+from pathlib import Path
 
 import pytest
 
 from builder.oci import layer, tree
-from builder.oci.assembly import Assembly, Pending, Written
+from builder.oci.archive import stream
+from builder.oci.assembly import Assembly, Pending, Written, spooled
 
 EPOCH = 1_700_000_000
 
@@ -77,3 +80,51 @@ def test_a_layer_that_fails_while_it_is_written_leaves_its_copy_closed_and_not_k
     next(stream), next(stream)  # the member's header, then part of the layer
     stream.close()  # the reader went away (the engine failed the load, Ctrl-C)
     assert len(made) == 1 and made[0].closed and not made[0].kept, "a copy cut short is never kept"
+
+
+def _tar(entries: list[tuple[str, bytes, int]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data, mtime in entries:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), mtime
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_a_saved_image_read_as_a_stream_spools_each_layer_once_indexed(tmp_path: Path) -> None:
+    """`docker save` (20.10's layout) streamed in small chunks: each layer spooled to a file with its exact
+    bytes and its diffID, a layer the save linked to an equal earlier one spooled once and named twice, and an
+    entry dated after the epoch indexed as late."""
+    os_layer = _tar([("etc/passwd", b"root:x:0:0::/root:/bin/sh\n", EPOCH)])
+    app_layer = _tar([("opt/app.py", b"print(1)\n", EPOCH + 60)])
+    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        members = [("0/layer.tar", os_layer), ("2/layer.tar", app_layer), ("cfg.json", json.dumps(config).encode()),
+                   ("manifest.json", json.dumps([{"Config": "cfg.json", "RepoTags": None,
+                                                  "Layers": ["0/layer.tar", "1/layer.tar", "2/layer.tar"]}]).encode())]
+        for name, data in members[:1]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("1/layer.tar")
+        link.type, link.linkname = tarfile.SYMTYPE, "../0/layer.tar"
+        tar.addfile(link)
+        for name, data in members[1:]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    data = archive.getvalue()
+    chunks = iter([data[i:i + 1000] for i in range(0, len(data), 1000)])
+
+    got_config, layers = spooled(stream(chunks), tmp_path, EPOCH)
+
+    assert got_config == config
+    assert [s.diff_id for s in layers] == ["sha256:" + hashlib.sha256(t).hexdigest()
+                                           for t in (os_layer, os_layer, app_layer)]
+    assert layers[0].path == layers[1].path and layers[0].path != layers[2].path
+    assert [s.path.read_bytes() for s in layers if s.path] == [os_layer, os_layer, app_layer]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spool-0.tar", "spool-1.tar"]
+    assert list(layers[0].layer.written) == ["etc/passwd"] and layers[0].layer.late == ()
+    assert list(layers[2].layer.written) == ["opt/app.py"] and layers[2].layer.late == ("opt/app.py",)
