@@ -15,6 +15,8 @@ from builder.oci import layer, tree
 from builder.oci.archive import stream
 from builder.oci.assembly import Assembly, Pending, Written, spooled
 
+from .tars import tar_bytes
+
 EPOCH = 1_700_000_000
 
 
@@ -82,40 +84,16 @@ def test_a_layer_that_fails_while_it_is_written_leaves_its_copy_closed_and_not_k
     assert len(made) == 1 and made[0].closed and not made[0].kept, "a copy cut short is never kept"
 
 
-def _tar(entries: list[tuple[str, bytes, int]]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for name, data, mtime in entries:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime = len(data), mtime
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 def test_a_saved_image_read_as_a_stream_spools_each_layer_once_indexed(tmp_path: Path) -> None:
     """`docker save` (20.10's layout) streamed in small chunks: each layer spooled to a file with its exact
     bytes and its diffID, a layer the save linked to an equal earlier one spooled once and named twice, and an
     entry dated after the epoch indexed as late."""
-    os_layer = _tar([("etc/passwd", b"root:x:0:0::/root:/bin/sh\n", EPOCH)])
-    app_layer = _tar([("opt/app.py", b"print(1)\n", EPOCH + 60)])
+    os_layer = tar_bytes([("etc/passwd", b"root:x:0:0::/root:/bin/sh\n")], EPOCH)
+    app_layer = tar_bytes([("opt/app.py", b"print(1)\n")], EPOCH + 60)
     config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
-    archive = io.BytesIO()
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        members = [("0/layer.tar", os_layer), ("2/layer.tar", app_layer), ("cfg.json", json.dumps(config).encode()),
-                   ("manifest.json", json.dumps([{"Config": "cfg.json", "RepoTags": None,
-                                                  "Layers": ["0/layer.tar", "1/layer.tar", "2/layer.tar"]}]).encode())]
-        for name, data in members[:1]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        link = tarfile.TarInfo("1/layer.tar")
-        link.type, link.linkname = tarfile.SYMTYPE, "../0/layer.tar"
-        tar.addfile(link)
-        for name, data in members[1:]:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    data = archive.getvalue()
+    manifest = [{"Config": "cfg.json", "RepoTags": None, "Layers": ["0/layer.tar", "1/layer.tar", "2/layer.tar"]}]
+    data = tar_bytes([("0/layer.tar", os_layer), ("1/layer.tar", "../0/layer.tar"), ("2/layer.tar", app_layer),
+                      ("cfg.json", json.dumps(config).encode()), ("manifest.json", json.dumps(manifest).encode())])
     chunks = iter([data[i:i + 1000] for i in range(0, len(data), 1000)])
 
     got_config, layers = spooled(stream(chunks), tmp_path, EPOCH)
