@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.dockerfile.render import context, render_all
+from builder.dockerfile.render import context, render_all, skeleton
 from builder.matrix.project import PACKAGED_TEMPLATES, Project
 from builder.matrix.resolve import Resolution, load
 from builder.pins.layers import wheel_layers
@@ -252,3 +252,22 @@ def test_jupyter_builds_on_its_runtime_image_with_token_auth_and_a_healthcheck(r
     assert final.startswith("FROM ${RUNTIME_IMAGE}\n")
     assert "HEALTHCHECK" in final and 'CMD ["start-jupyter"]' in final and "EXPOSE 8888" in final
     assert "allow-root" not in text and "token=''" not in text and 'token=""' not in text
+
+
+def test_the_skeleton_is_the_dockerfile_without_the_layers_imgbuild_writes(res: Resolution) -> None:
+    """What the engine builds: the OS stage and the metadata, labels (the inputs label included) as the
+    committed Dockerfile says them, and no wheel step or COPY of rootfs/, which imgbuild writes itself; the
+    comment in their place names the writer by a file that exists."""
+    for name in ("2.7.1-cu126-debian12-runtime", "2.7.1-cu126-debian12-jupyter", "2.7.1-cuda12.4-debian13-devel"):
+        whole = dockerfile(res, name)
+        (bare,) = skeleton(res.variant(name), Project.for_matrix(MATRIX))
+        text = bare.content.decode()
+        assert bare.path == "Dockerfile"
+        assert "COPY rootfs/ /" in whole and "COPY rootfs/ /" not in text, name
+        assert "http://127.0.0.1:38517" in whole and "http://127.0.0.1:38517" not in text.split("FROM")[-1], name
+        assert re.findall(r"^FROM .*", text, flags=re.M) == re.findall(r"^FROM .*", whole, flags=re.M), name
+        labels = re.findall(r"^LABEL .*?(?=^\S)", whole, flags=re.M | re.S)
+        assert "io.imgbuild.inputs=" in "".join(labels), name
+        assert re.findall(r"^LABEL .*?(?=^\S)", text, flags=re.M | re.S) == labels, name
+        writer = re.search(r"itself here \((builder/[\w/]+\.py)\)", text)
+        assert writer is not None and (ROOT / writer[1]).is_file(), name
